@@ -1,0 +1,30 @@
+# One entry point. Every target bootstraps .venv from a clean clone (idempotent).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# GPU users: install a CUDA torch into .venv first, then `make setup TORCH_CONSTRAINT=` (see README).
+TORCH_CONSTRAINT ?= -c constraints.txt
+export HF_HUB_DISABLE_TELEMETRY := 1
+export DVC_NO_ANALYTICS := 1
+export DO_NOT_TRACK := 1
+
+.PHONY: setup test lint reproduce mlflow-ui prefect-server serve clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_CONSTRAINT) -e ".[dev,pipeline]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests stages pipelines
+	$(VENV)/bin/ruff format --check src tests stages pipelines
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,83 @@
+"""``focalcse`` command line: evaluate a model folder on the STS tasks.
+
+Hyper-parameters never arrive through flags: training reads ``params.yaml`` (see ``stages/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from focalcse.model import POOLERS
+from focalcse.sts import TASKS
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import torch
+
+    from focalcse.evaluation import evaluate_sts
+    from focalcse.model import SentenceEncoder
+    from focalcse.provenance import provenance, write_json_atomic
+    from focalcse.sources import sts_data_dir
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data_dir = sts_data_dir(args.data_dir)
+    start = time.perf_counter()
+    encoder = SentenceEncoder.from_pretrained(args.model, pooler=args.pooler, mlp_init="pretrained")
+    encoder.to(args.device)
+    result = evaluate_sts(
+        encoder, str(data_dir), tasks=args.tasks, batch_size=args.batch_size, precision=args.precision
+    )
+    wall = time.perf_counter() - start
+    result["meta"] = provenance(
+        model=str(args.model),
+        pooler=encoder.eval_pooler,
+        data_dir=str(data_dir),
+        precision=args.precision,
+        setting="all (STS12-16 subsets pooled); wmean under 'wmean'",
+        wall_time_s=wall,
+    )
+    write_json_atomic(args.output, result)
+    cols = [*args.tasks, "avg"]
+    print(" ".join(f"{c:>15}" for c in cols))
+    print(" ".join(f"{result[c]:15.2f}" for c in cols))
+    print(f"wall time {wall:.1f}s -> {args.output}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="focalcse", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("evaluate", help="7-task STS evaluation of a model folder or hub id")
+    ev.add_argument("--model", required=True, help="model folder, hub id, or all-MiniLM-L6-v2")
+    ev.add_argument(
+        "--pooler",
+        choices=POOLERS,
+        default=None,
+        help="pooler; a folder saved by focalcse records its own and refuses another",
+    )
+    ev.add_argument("--output", required=True, help="metrics JSON to write")
+    ev.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    ev.add_argument(
+        "--data-dir",
+        default=None,
+        help="prepared STS folder, SentEval downstream folder, or mirror root "
+        "(default: FOCALCSE_DATA_MIRROR, else SentEval's download)",
+    )
+    ev.add_argument("--batch-size", type=int, default=128)
+    ev.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    ev.set_defaults(func=_evaluate)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"focalcse {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""Typed, validated configuration: one frozen dataclass per ``params.yaml`` section.
+
+Every value is checked on load; a bad one raises :class:`ConfigError` naming the key, the value and
+what is allowed, before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
+
+import yaml
+
+from focalcse.losses import LOSS_NAMES
+from focalcse.model import POOLERS
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class ConfigError(ValueError):
+    """A params value that is missing, of the wrong type or out of range."""
+
+
+def _fail(section: str, key: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"params {section}.{key} = {value!r}: expected {allowed}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``data`` section: the training-sentence sample and the data sources."""
+
+    num_sentences: int = 10_000  # sampled from the corpus (paper: all 10^6)
+    seed: int = 42  # sample seed, independent of the training seeds
+    mirror: str = ""  # mirror folder laid out like shared/data; "" = standard downloads
+
+    def __post_init__(self) -> None:
+        if self.num_sentences < 2:
+            _fail("data", "num_sentences", self.num_sentences, "an integer >= 2")
+        if self.seed < 0:
+            _fail("data", "seed", self.seed, "an integer >= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """``train`` section (per-backbone overrides merge over it)."""
+
+    loss: str = "focal_infonce"
+    temperature: float = 0.05  # tau; the official code uses 0.05
+    m: float = 0.3  # Focal-InfoNCE hardness margin (paper: 0.3)
+    pooler: str = "cls"  # SimCSE unsupervised: cls + MLP in training ...
+    mlp_only_train: bool = True  # ... and the MLP dropped at evaluation (cls_before_pooler)
+    batch_size: int = 64
+    lr: float = 3e-5
+    epochs: int = 1
+    max_steps: int = 0  # 0 = run all epochs
+    max_seq_len: int = 32
+    eval_steps: int = 125  # STS-B dev evaluation period (SimCSE: 125)
+    eval_at_start: bool = True  # also score the starting model (step 0) for the curves; never selected
+    seed: int = 42
+    precision: str = "fp32"  # fp32 | bf16 | fp16 autocast
+    weight_decay: float = 0.0
+    log_every: int = 1
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        s = "train"
+        if self.loss not in LOSS_NAMES:
+            _fail(s, "loss", self.loss, f"one of {', '.join(LOSS_NAMES)}")
+        if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
+            _fail(s, "temperature", self.temperature, "a number > 0")
+        if not (isinstance(self.m, (int, float)) and self.m >= 0):
+            _fail(s, "m", self.m, "a number >= 0")
+        if self.pooler not in POOLERS:
+            _fail(s, "pooler", self.pooler, f"one of {', '.join(POOLERS)}")
+        if self.batch_size < 2:
+            _fail(s, "batch_size", self.batch_size, "an integer >= 2 (in-batch negatives need two sentences)")
+        if not self.lr > 0:
+            _fail(s, "lr", self.lr, "a number > 0")
+        if self.epochs < 1:
+            _fail(s, "epochs", self.epochs, "an integer >= 1")
+        if self.max_steps < 0:
+            _fail(s, "max_steps", self.max_steps, "an integer >= 0 (0 = all epochs)")
+        if not 2 <= self.max_seq_len <= 4096:
+            _fail(s, "max_seq_len", self.max_seq_len, "an integer in [2, 4096]")
+        if self.eval_steps < 1:
+            _fail(s, "eval_steps", self.eval_steps, "an integer >= 1")
+        if self.seed < 0:
+            _fail(s, "seed", self.seed, "an integer >= 0")
+        if self.precision not in PRECISIONS:
+            _fail(s, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+        if self.weight_decay < 0:
+            _fail(s, "weight_decay", self.weight_decay, "a number >= 0")
+        if self.log_every < 1:
+            _fail(s, "log_every", self.log_every, "an integer >= 1")
+        if not (self.device == "cpu" or self.device.startswith(("cuda", "mps"))):
+            _fail(s, "device", self.device, "cpu, cuda, cuda:N or mps")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """``eval`` section."""
+
+    tasks: tuple[str, ...] = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+    batch_size: int = 128
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        from focalcse.sts import TASKS
+
+        bad = [t for t in self.tasks if t not in TASKS]
+        if bad or not self.tasks:
+            _fail("eval", "tasks", list(self.tasks), f"a non-empty subset of {', '.join(TASKS)}")
+        if self.batch_size < 1:
+            _fail("eval", "batch_size", self.batch_size, "an integer >= 1")
+        if self.precision not in PRECISIONS:
+            _fail("eval", "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+
+
+@dataclass(frozen=True)
+class SignificanceConfig:
+    """``significance`` section."""
+
+    alpha: float = 0.05
+    baseline: str = "infonce"
+    treatment: str = "focal_infonce"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            _fail("significance", "alpha", self.alpha, "a number in (0, 1)")
+        for key in ("baseline", "treatment"):
+            if getattr(self, key) not in LOSS_NAMES:
+                _fail("significance", key, getattr(self, key), f"one of {', '.join(LOSS_NAMES)}")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """``sweep`` section: the matrix that ``train``/``evaluate`` fan out over."""
+
+    backbones: tuple[str, ...] = ("all-MiniLM-L6-v2",)
+    losses: tuple[str, ...] = ("infonce", "focal_infonce")
+    seeds: tuple[int, ...] = (1, 2, 3)
+
+    def __post_init__(self) -> None:
+        if not self.backbones:
+            _fail("sweep", "backbones", list(self.backbones), "at least one backbone")
+        bad = [x for x in self.losses if x not in LOSS_NAMES]
+        if bad or not self.losses:
+            _fail("sweep", "losses", list(self.losses), f"a non-empty subset of {', '.join(LOSS_NAMES)}")
+        if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
+            _fail("sweep", "seeds", list(self.seeds), "a non-empty list of unique integers")
+        if any((not isinstance(x, int)) or x < 0 for x in self.seeds):
+            _fail("sweep", "seeds", list(self.seeds), "integers >= 0")
+
+
+T = TypeVar("T")
+
+
+def from_dict(cls: type[T], section: str, data: dict[str, Any] | None) -> T:
+    """Build dataclass ``cls`` from a params section, refusing unknown keys and wrong types."""
+    data = dict(data or {})
+    hints = get_type_hints(cls)
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"params {section}: unknown key(s) {unknown}; allowed: {', '.join(sorted(names))}")
+    kwargs = {}
+    for key, value in data.items():
+        kwargs[key] = _coerce(section, key, value, hints[key])
+    try:
+        return cls(**kwargs)
+    except TypeError as err:  # pragma: no cover - from_dict checks names first
+        raise ConfigError(f"params {section}: {err}") from err
+
+
+def _coerce(section: str, key: str, value: Any, hint: Any) -> Any:
+    text = str(hint)
+    if hint is bool or text == "bool":
+        if not isinstance(value, bool):
+            _fail(section, key, value, "true or false")
+        return value
+    if hint is int or text == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(section, key, value, "an integer")
+        return value
+    if hint is float or text == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            _fail(section, key, value, "a number")
+        return float(value)
+    if hint is str or text == "str":
+        if not isinstance(value, str):
+            _fail(section, key, value, "a string")
+        return value
+    if text.startswith("tuple"):
+        if not isinstance(value, (list, tuple)):
+            _fail(section, key, value, "a list")
+        inner = "int" if "int" in text else "str"
+        for item in value:
+            if inner == "int" and (isinstance(item, bool) or not isinstance(item, int)):
+                _fail(section, key, value, "a list of integers")
+            if inner == "str" and not isinstance(item, str):
+                _fail(section, key, value, "a list of strings")
+        return tuple(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Params:
+    """All of ``params.yaml``."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    significance: SignificanceConfig = field(default_factory=SignificanceConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    backbone_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def train_config(self, backbone: str, loss: str, seed: int) -> TrainConfig:
+        """The train section with the backbone's overrides and this matrix item's loss and seed."""
+        over = dict(self.backbone_overrides.get(backbone, {}))
+        merged = {
+            **{f.name: getattr(self.train, f.name) for f in fields(TrainConfig)},
+            **over,
+            "loss": loss,
+            "seed": seed,
+        }
+        return from_dict(TrainConfig, f"train (backbone {backbone})", merged)
+
+
+SECTIONS = {
+    "data": DataConfig,
+    "train": TrainConfig,
+    "eval": EvalConfig,
+    "significance": SignificanceConfig,
+    "sweep": SweepConfig,
+}
+OTHER_SECTIONS = ("backbone_overrides", "report", "ablation", "benchmark", "tracking")
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Load and validate ``params.yaml``; raises :class:`ConfigError` on the first bad value."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: params file not found")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(SECTIONS) - set(OTHER_SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown section(s) {unknown}; allowed: {', '.join([*SECTIONS, *OTHER_SECTIONS])}"
+        )
+    built = {name: from_dict(cls, name, raw.get(name)) for name, cls in SECTIONS.items()}
+    overrides = raw.get("backbone_overrides") or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(
+            f"params backbone_overrides = {overrides!r}: expected a mapping backbone -> train keys"
+        )
+    params = Params(**built, backbone_overrides=overrides, raw=raw)
+    for backbone in params.sweep.backbones:  # validate every merged train config up front
+        for loss in params.sweep.losses:
+            params.train_config(backbone, loss, params.sweep.seeds[0])
+    return params
+
+
+def replace(cfg: T, **changes: Any) -> T:
+    return dataclasses.replace(cfg, **changes)  # type: ignore[type-var]

@@ -1,0 +1,199 @@
+"""STS evaluation: one ``encode`` path for training's dev checks and the final 7-task evaluation.
+
+Scores follow SimCSE's evaluation: cosine similarity of the two sentence vectors, Spearman x 100
+against the gold scores (scipy). Two aggregations are reported under separate keys:
+
+- ``all`` (what SimCSE and the paper report; top-level keys ``STS12`` ... ``avg``): for STS12-16 every
+  subset of a year is pooled into one list and one Spearman is computed;
+- ``wmean`` (SentEval's other figure): per-subset Spearman averaged with weights = subset sizes.
+
+STS-B is scored on ``sts-test.csv`` and SICK-R on ``SICK_test_annotated.txt``. Alignment and uniformity
+(Wang & Isola, 2020) are computed on STS-B test with L2-normalised vectors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.stats import spearmanr
+from tqdm.auto import tqdm
+
+from focalcse.model import eval_max_length
+from focalcse.sts import STS_YEAR_SUBSETS, TASKS, StsSplit, load_split
+
+ALIGN_THRESHOLD = 4.0  # STS-B pairs with gold > 4 are the positive pairs for alignment
+
+
+def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` for ``bf16``/``fp16`` on the device, a no-op for ``fp32``."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if dtype is None:
+        raise ValueError(f"unknown precision {precision!r}; expected fp32, bf16 or fp16")
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def encode(
+    encoder: torch.nn.Module,
+    sentences: Sequence[str],
+    batch_size: int = 128,
+    max_length: int | None = None,
+    precision: str = "fp32",
+    progress: bool = False,
+) -> torch.Tensor:
+    """Sentence vectors (float32, CPU) in the order of ``sentences``, with the encoder's eval pooler.
+
+    Repeated sentences are encoded once; unique sentences are sorted by token length so each batch pads
+    to nearly its own length. Runs in eval mode under ``torch.inference_mode()``; the encoder's
+    train/eval mode is restored afterwards.
+
+    Args:
+        encoder: a :class:`focalcse.model.SentenceEncoder`.
+        sentences: input sentences.
+        batch_size: sentences per forward.
+        max_length: truncation; default the model's position limit (SimCSE evaluates untruncated).
+        precision: ``fp32`` | ``bf16`` | ``fp16`` autocast.
+        progress: show a progress bar.
+    """
+    unique = list(dict.fromkeys(sentences))
+    index = {s: i for i, s in enumerate(unique)}
+    tok = encoder.tokenizer
+    if max_length is None:
+        max_length = eval_max_length(encoder)
+    ids = tok(unique, truncation=True, max_length=max_length, add_special_tokens=True)["input_ids"]
+    order = sorted(range(len(unique)), key=lambda i: len(ids[i]))
+    device = next(encoder.parameters()).device
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    out = torch.empty(len(unique), encoder.backbone.config.hidden_size, dtype=torch.float32)
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        with torch.inference_mode(), autocast_context(device, precision):
+            for start in tqdm(
+                range(0, len(order), batch_size), desc="encode", disable=not progress, leave=False
+            ):
+                batch = order[start : start + batch_size]
+                width = max(len(ids[i]) for i in batch)
+                input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (B, L)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)  # (B, L)
+                for row, i in enumerate(batch):
+                    input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
+                    mask[row, : len(ids[i])] = 1
+                vecs = encoder(input_ids=input_ids.to(device), attention_mask=mask.to(device))  # (B, d)
+                out[batch] = vecs.float().cpu()
+    finally:
+        encoder.train(was_training)
+    return out[[index[s] for s in sentences]]
+
+
+def cosine_spearman(v1: torch.Tensor, v2: torch.Tensor, gold: Sequence[float]) -> float:
+    """Spearman x 100 between row-wise cosine similarities and gold scores (scipy)."""
+    sims = F.cosine_similarity(v1, v2, dim=-1).numpy()
+    rho = spearmanr(sims, np.asarray(gold, dtype=np.float64)).statistic
+    return float(rho) * 100.0
+
+
+def score_split(
+    vectors: Callable[[list[str]], torch.Tensor], split: StsSplit
+) -> dict[str, float | dict[str, float]]:
+    """``all`` (pooled), ``wmean`` and per-subset Spearman x 100 of one task."""
+    sims_all, gold_all, per_subset, sizes = [], [], {}, {}
+    for subset, (s1, s2, scores) in split.subsets.items():
+        v = vectors(s1 + s2)
+        v1, v2 = v[: len(s1)], v[len(s1) :]
+        sims_all.append(F.cosine_similarity(v1, v2, dim=-1).numpy())
+        gold_all.append(np.asarray(scores, dtype=np.float64))
+        per_subset[subset] = cosine_spearman(v1, v2, scores)
+        sizes[subset] = len(scores)
+    pooled = float(spearmanr(np.concatenate(sims_all), np.concatenate(gold_all)).statistic) * 100.0
+    wmean = sum(per_subset[k] * sizes[k] for k in sizes) / sum(sizes.values())
+    return {"all": pooled, "wmean": wmean, "subsets": per_subset}
+
+
+def alignment_uniformity(
+    vectors: torch.Tensor, pairs_a: torch.Tensor, pairs_b: torch.Tensor
+) -> tuple[float, float]:
+    """Alignment over given positive pairs, uniformity over all pairs of ``vectors``.
+
+    alignment  = E ||f(x) - f(y)||^2 over positive pairs (x, y);
+    uniformity = log E exp(-2 ||f(x) - f(y)||^2) over all distinct pairs; vectors L2-normalised.
+    """
+    a, b = F.normalize(pairs_a.double(), dim=-1), F.normalize(pairs_b.double(), dim=-1)
+    align = (a - b).pow(2).sum(-1).mean().item()
+    v = F.normalize(vectors.double(), dim=-1)
+    sq = torch.pdist(v, p=2).pow(2)  # (n(n-1)/2,) squared distances of all distinct pairs
+    # log-mean-exp, stable
+    uniform = (torch.logsumexp(-2.0 * sq, dim=0) - math.log(sq.numel())).item()
+    return float(align), float(uniform)
+
+
+def evaluate_sts(
+    encoder: torch.nn.Module,
+    data_dir: str,
+    tasks: Sequence[str] = TASKS,
+    batch_size: int = 128,
+    precision: str = "fp32",
+    check_counts: bool = True,
+    progress: bool = True,
+) -> dict:
+    """Evaluate ``encoder`` on ``tasks``; returns the output-contract dict.
+
+    Top-level keys ``STS12`` ... ``SICKRelatedness`` and ``avg`` hold the ``all``-setting Spearman x 100;
+    ``wmean`` holds the size-weighted per-subset means (and their ``avg``), ``subsets`` every subset's
+    Spearman; ``alignment``/``uniformity`` come from STS-B test when it is among the tasks.
+    """
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; expected a subset of {', '.join(TASKS)}")
+    splits = {t: load_split(data_dir, t, check_counts) for t in tasks}
+    # Encode every sentence of every task in one pass: sorting across tasks pads less, and
+    # sentences shared between tasks are encoded once.
+    unique = list(dict.fromkeys(s for sp in splits.values() for s in sp.sentences()))
+    vecs = encode(encoder, unique, batch_size=batch_size, precision=precision, progress=progress)
+    table = {s: i for i, s in enumerate(unique)}
+
+    def lookup(sents: list[str]) -> torch.Tensor:
+        return vecs[[table[s] for s in sents]]
+
+    result: dict = {}
+    wmean: dict[str, float] = {}
+    subsets: dict[str, dict[str, float]] = {}
+    for task, split in splits.items():
+        r = score_split(lookup, split)
+        result[task] = r["all"]
+        wmean[task] = r["wmean"]
+        if task in STS_YEAR_SUBSETS:
+            subsets[task] = r["subsets"]
+    result["avg"] = float(np.mean([result[t] for t in tasks]))
+    wmean["avg"] = float(np.mean([wmean[t] for t in tasks]))
+    result["wmean"] = wmean
+    result["subsets"] = subsets
+    if "STSBenchmark" in splits:
+        s1, s2, gold = next(iter(splits["STSBenchmark"].subsets.values()))
+        pos = [i for i, g in enumerate(gold) if g > ALIGN_THRESHOLD]
+        v1, v2 = lookup(s1), lookup(s2)
+        all_sents = list(dict.fromkeys(s1 + s2))
+        align, uniform = alignment_uniformity(lookup(all_sents), v1[pos], v2[pos])
+        result["alignment"], result["uniformity"] = align, uniform
+    result["n_pairs"] = {t: len(sp) for t, sp in splits.items()}
+    return result
+
+
+def stsb_dev_evaluator(
+    data_dir: str, batch_size: int = 128, precision: str = "fp32"
+) -> Callable[[torch.nn.Module], float]:
+    """A callable returning STS-B **dev** Spearman x 100 of an encoder (SimCSE's model selection)."""
+    split = load_split(data_dir, "STSBenchmark-dev")
+    s1, s2, gold = next(iter(split.subsets.values()))
+
+    def evaluate(encoder: torch.nn.Module) -> float:
+        v = encode(encoder, s1 + s2, batch_size=batch_size, precision=precision)
+        return cosine_spearman(v[: len(s1)], v[len(s1) :], gold)
+
+    return evaluate

@@ -1,0 +1,70 @@
+"""Statistics over seeds: pure functions on arrays (scipy underneath), no I/O."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+
+@dataclass(frozen=True)
+class Summary:
+    mean: float
+    std: float  # sample standard deviation (ddof=1); 0.0 for a single value
+    n: int
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Paired t-test of ``treatment - baseline`` over matched seeds."""
+
+    statistic: float
+    p_value: float
+    mean_diff: float  # mean of treatment - baseline
+    ci_low: float  # 95% (1 - alpha) confidence interval of the mean difference
+    ci_high: float
+    n: int
+    alpha: float
+    significant: bool
+
+    def to_dict(self) -> dict[str, float | bool | int]:
+        return asdict(self)
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    """Mean and sample std (ddof=1) of per-seed values."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("summarize needs at least one value")
+    std = float(np.std(x, ddof=1)) if x.size > 1 else 0.0
+    return Summary(float(np.mean(x)), std, int(x.size))
+
+
+def paired_ttest(treatment: Sequence[float], baseline: Sequence[float], alpha: float = 0.05) -> PairedTest:
+    """Two-sided paired t-test (``scipy.stats.ttest_rel``) and the (1 - alpha) CI of the mean difference.
+
+    ``treatment[i]`` and ``baseline[i]`` must come from the same seed. With fewer than two pairs, or
+    identical differences (zero variance), the statistic and p-value are NaN, as scipy returns them.
+    """
+    a, b = np.asarray(treatment, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired samples must be 1-D and of equal length, got {a.shape} and {b.shape}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    n = int(a.size)
+    diff = a - b
+    mean_diff = float(diff.mean()) if n else math.nan
+    if n < 2:
+        return PairedTest(math.nan, math.nan, mean_diff, math.nan, math.nan, n, alpha, False)
+    res = sps.ttest_rel(a, b)
+    ci = res.confidence_interval(confidence_level=1 - alpha)
+    p = float(res.pvalue)
+    return PairedTest(
+        float(res.statistic), p, mean_diff, float(ci.low), float(ci.high), n, alpha, bool(p < alpha)
+    )

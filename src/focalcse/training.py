@@ -1,0 +1,228 @@
+"""Unsupervised SimCSE training with InfoNCE or Focal-InfoNCE.
+
+Each batch of N sentences is encoded twice in train mode in one forward over the concatenated
+(2N, L) batch, so the two dropout masks give two views; the loss compares view 1 with view 2. AdamW,
+linear decay without warm-up, STS-B dev Spearman every ``eval_steps`` with the best checkpoint kept
+(SimCSE's ``--metric_for_best_model stsb_spearman --load_best_model_at_end``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from focalcse.config import TrainConfig
+from focalcse.evaluation import autocast_context
+from focalcse.losses import build_loss
+from focalcse.model import SentenceEncoder
+
+MetricsCallback = Callable[[dict[str, float], int], None]
+
+
+def _no_log(metrics: dict[str, float], step: int) -> None:
+    return None
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or inf."""
+
+
+@dataclass
+class TrainResult:
+    best_step: int
+    best_dev: float
+    steps: int
+    train_seconds: float
+    sentences_per_second: float
+    peak_memory_mb: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    dev_curve: list[dict[str, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tokenize_corpus(path: str | os.PathLike, tokenizer: Any, max_seq_len: int, num_proc: int | None = None):
+    """The corpus as a ``datasets.Dataset`` of ``input_ids`` (truncated, unpadded).
+
+    The text is read once into Arrow (memory-mapped) and tokenised once; ``datasets`` caches both by
+    fingerprint (file, tokenizer, length), so later runs with the same backbone reuse the cache.
+    """
+    from datasets import load_dataset
+
+    ds = load_dataset("text", data_files=str(path), split="train")
+    ds = ds.filter(lambda b: [bool(t.strip()) for t in b["text"]], batched=True, desc="drop blank lines")
+    if len(ds) < 2:
+        raise ValueError(f"{path}: {len(ds)} non-blank sentence(s); training needs at least 2")
+
+    def tok(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+        return {"input_ids": tokenizer(batch["text"], truncation=True, max_length=max_seq_len)["input_ids"]}
+
+    return ds.map(tok, batched=True, remove_columns=["text"], desc="tokenise", num_proc=num_proc)
+
+
+def _collate(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (N, L)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (N, L)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return ids, mask
+
+
+def batch_order(n: int, batch_size: int, epochs: int, seed: int) -> list[list[int]]:
+    """Index batches for all epochs: a seeded permutation per epoch; a last batch of 1 is dropped
+    (a single sentence has no negatives)."""
+    gen = torch.Generator().manual_seed(seed)
+    batches: list[list[int]] = []
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=gen).tolist()
+        for start in range(0, n, batch_size):
+            chunk = perm[start : start + batch_size]
+            if len(chunk) >= 2:
+                batches.append(chunk)
+    return batches
+
+
+def train(
+    encoder: SentenceEncoder,
+    corpus: Any,
+    cfg: TrainConfig,
+    output_dir: str | os.PathLike,
+    dev_evaluator: Callable[[SentenceEncoder], float] | None = None,
+    log_metrics: MetricsCallback = _no_log,
+    save_extra: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train ``encoder`` on ``corpus`` and leave the best-on-dev model in ``output_dir``.
+
+    Args:
+        encoder: the model (train pooler set; ``mlp_only_train`` as wanted).
+        corpus: a ``datasets.Dataset`` with ``input_ids`` (see :func:`tokenize_corpus`) or a list of
+            token-id lists.
+        cfg: training hyper-parameters.
+        output_dir: where the best checkpoint is written (atomically, an HF + sentence-transformers folder).
+        dev_evaluator: returns STS-B dev Spearman x 100; None trains without selection (last model kept).
+        log_metrics: ``callback(metrics, step)``; loss and lr every ``log_every`` steps, dev Spearman at
+            each evaluation.
+        save_extra: extra fields recorded in the saved model's ``focalcse.json``.
+        progress: show a tqdm bar.
+    """
+    torch.manual_seed(cfg.seed)
+    device = torch.device(cfg.device)
+    encoder.to(device)
+    loss_fn = build_loss(cfg.loss, cfg.temperature, cfg.m)
+    ids_column = corpus["input_ids"] if not isinstance(corpus, list) else corpus
+    n = len(ids_column)
+    batches = batch_order(n, cfg.batch_size, cfg.epochs, cfg.seed)
+    if cfg.max_steps:
+        if cfg.max_steps > len(batches):
+            raise ValueError(
+                f"train.max_steps={cfg.max_steps} but {n} sentences x {cfg.epochs} epoch(s) give only "
+                f"{len(batches)} batches of {cfg.batch_size}"
+            )
+        batches = batches[: cfg.max_steps]
+    total = len(batches)
+    if total == 0:
+        raise ValueError(f"no training batch: {n} sentences with batch_size {cfg.batch_size}")
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # Linear decay to 0 over the run, no warm-up (SimCSE / HF Trainer defaults).
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total))
+    pad_id = encoder.tokenizer.pad_token_id or 0
+    result = TrainResult(
+        best_step=-1,
+        best_dev=-math.inf,
+        steps=total,
+        train_seconds=0.0,
+        sentences_per_second=0.0,
+        peak_memory_mb=0.0,
+    )
+
+    def evaluate(step: int) -> None:
+        if dev_evaluator is None:
+            return
+        dev = float(dev_evaluator(encoder))
+        result.dev_curve.append({"step": step, "stsb_dev_spearman": dev})
+        log_metrics({"stsb_dev_spearman": dev}, step)
+        if step > 0 and dev > result.best_dev:
+            result.best_step, result.best_dev = step, dev
+            encoder.save(output_dir, extra=_extra(save_extra, step, dev))
+
+    if cfg.eval_at_start:
+        evaluate(0)
+    encoder.train()
+    bar = tqdm(
+        total=total, desc=f"train {cfg.loss} seed {cfg.seed}", disable=not progress, dynamic_ncols=True
+    )
+    train_time = 0.0
+    seen = 0
+    for step, idx in enumerate(batches, start=1):
+        t0 = time.perf_counter()
+        ids, mask = _collate([ids_column[i] for i in idx], pad_id)
+        ids2, mask2 = (
+            torch.cat([ids, ids]).to(device),
+            torch.cat([mask, mask]).to(device),
+        )  # (2N, L): two views
+        with autocast_context(device, cfg.precision):
+            z = encoder(input_ids=ids2, attention_mask=mask2)  # (2N, d)
+            z1, z2 = z[: len(idx)], z[len(idx) :]  # (N, d) each
+            loss = loss_fn(z1.float(), z2.float())
+        if not torch.isfinite(loss):
+            bar.close()
+            raise NonFiniteLossError(
+                f"loss is {loss.item()} at step {step} (loss={cfg.loss}, lr={cfg.lr}, temperature={cfg.temperature}); "
+                f"the last good checkpoint (step {result.best_step}) is kept in {output_dir}"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        lr = scheduler.get_last_lr()[0]
+        scheduler.step()
+        train_time += time.perf_counter() - t0
+        seen += len(idx)
+        if step % cfg.log_every == 0 or step == total:
+            metrics = {"loss": float(loss.item()), "lr": float(lr)}
+            result.history.append({"step": step, **metrics})
+            log_metrics(metrics, step)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.4f}", best=f"{result.best_dev:.2f}")
+        if dev_evaluator is not None and (step % cfg.eval_steps == 0 or step == total):
+            evaluate(step)
+            encoder.train()
+    bar.close()
+    if dev_evaluator is None:
+        result.best_step = total
+        encoder.save(output_dir, extra=_extra(save_extra, total, None))
+    result.train_seconds = train_time
+    result.sentences_per_second = seen / train_time if train_time > 0 else 0.0
+    result.peak_memory_mb = _peak_memory_mb(device)
+    return result
+
+
+def _extra(extra: dict[str, Any] | None, step: int, dev: float | None) -> dict[str, Any]:
+    return {**(extra or {}), "best_step": step, "stsb_dev_spearman": dev}
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:  # peak resident set of this process (Linux: KiB)
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    except ImportError:  # pragma: no cover
+        return float("nan")
+
+
+def output_path(root: str | os.PathLike, backbone: str, loss: str, seed: int) -> Path:
+    """``<root>/<backbone>/<loss>/seed<k>``, with the backbone reference made path-safe."""
+    return Path(root) / backbone.replace("/", "__") / loss / f"seed{seed}"
