@@ -217,9 +217,14 @@ class Params:
     backbone_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    def backbone_source(self, backbone: str) -> str:
+        """What ``from_pretrained`` loads for a sweep backbone name: ``backbone_overrides.<name>.source``
+        (a hub id or a folder) if set, else the name itself."""
+        return str((self.backbone_overrides.get(backbone) or {}).get("source", backbone))
+
     def train_config(self, backbone: str, loss: str, seed: int) -> TrainConfig:
         """The train section with the backbone's overrides and this matrix item's loss and seed."""
-        over = dict(self.backbone_overrides.get(backbone, {}))
+        over = {k: v for k, v in (self.backbone_overrides.get(backbone) or {}).items() if k != "source"}
         merged = {
             **{f.name: getattr(self.train, f.name) for f in fields(TrainConfig)},
             **over,

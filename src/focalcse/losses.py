@@ -68,6 +68,12 @@ def _check_temperature(temperature: float) -> float:
     return float(temperature)
 
 
+def _check_views(z1: torch.Tensor, z2: torch.Tensor) -> None:
+    # The two views of one batch: a different row count would silently add negatives or fail late.
+    if z1.ndim != 2 or z1.shape != z2.shape:
+        raise ValueError(f"expected z1 and z2 both (N, d), got {tuple(z1.shape)} and {tuple(z2.shape)}")
+
+
 class InfoNCE(nn.Module):
     r"""Unsupervised SimCSE loss (Gao et al., 2021, Eq. 1).
 
@@ -101,6 +107,7 @@ class InfoNCE(nn.Module):
         return infonce_logits(sim, self.temperature)
 
     def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+        _check_views(z1, z2)
         return loss_from_logits(self.logits(cosine_matrix(z1, z2)))
 
     def extra_repr(self) -> str:
@@ -144,6 +151,7 @@ class FocalInfoNCE(nn.Module):
         return focal_logits(sim, self.temperature, self.m, positive_offset)
 
     def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+        _check_views(z1, z2)
         return loss_from_logits(self.logits(cosine_matrix(z1, z2)))
 
     def extra_repr(self) -> str:

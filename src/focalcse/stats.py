@@ -50,7 +50,8 @@ def paired_ttest(treatment: Sequence[float], baseline: Sequence[float], alpha: f
     """Two-sided paired t-test (``scipy.stats.ttest_rel``) and the (1 - alpha) CI of the mean difference.
 
     ``treatment[i]`` and ``baseline[i]`` must come from the same seed. With fewer than two pairs, or
-    identical differences (zero variance), the statistic and p-value are NaN, as scipy returns them.
+    all differences zero, the statistic and p-value are NaN; equal non-zero differences (zero variance)
+    give t = ±inf and p = 0, as scipy returns them.
     """
     a, b = np.asarray(treatment, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1:
