@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -102,6 +103,7 @@ def train(
     log_metrics: MetricsCallback = _no_log,
     save_extra: dict[str, Any] | None = None,
     progress: bool = True,
+    work_dir: str | os.PathLike | None = None,
 ) -> TrainResult:
     """Train ``encoder`` on ``corpus`` and leave the best-on-dev model in ``output_dir``.
 
@@ -110,13 +112,20 @@ def train(
         corpus: a ``datasets.Dataset`` with ``input_ids`` (see :func:`tokenize_corpus`) or a list of
             token-id lists.
         cfg: training hyper-parameters.
-        output_dir: where the best checkpoint is written (atomically, an HF + sentence-transformers folder).
+        output_dir: where the best model lands (an HF + sentence-transformers folder). It appears only
+            when training succeeds: checkpoints go to ``work_dir`` and are moved here at the end, so a
+            failed run never leaves a partial model where DVC (or a user) would take it as finished.
         dev_evaluator: returns STS-B dev Spearman x 100; None trains without selection (last model kept).
         log_metrics: ``callback(metrics, step)``; loss and lr every ``log_every`` steps, dev Spearman at
             each evaluation.
         save_extra: extra fields recorded in the saved model's ``focalcse.json``.
         progress: show a tqdm bar.
+        work_dir: checkpoint folder (default: hidden ``.<name>.work`` beside ``output_dir``); removed on
+            success, kept after a failure.
     """
+    output_dir = Path(output_dir)
+    work = Path(work_dir) if work_dir is not None else output_dir.parent / f".{output_dir.name}.work"
+    best_dir = work / "best"
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
     encoder.to(device)
@@ -155,7 +164,7 @@ def train(
         log_metrics({"stsb_dev_spearman": dev}, step)
         if step > 0 and dev > result.best_dev:
             result.best_step, result.best_dev = step, dev
-            encoder.save(output_dir, extra=_extra(save_extra, step, dev))
+            encoder.save(best_dir, extra=_extra(save_extra, step, dev))
 
     if cfg.eval_at_start:
         evaluate(0)
@@ -180,7 +189,7 @@ def train(
             bar.close()
             raise NonFiniteLossError(
                 f"loss is {loss.item()} at step {step} (loss={cfg.loss}, lr={cfg.lr}, temperature={cfg.temperature}); "
-                f"the last good checkpoint (step {result.best_step}) is kept in {output_dir}"
+                f"the last good checkpoint (step {result.best_step}) is kept in {best_dir}"
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -201,11 +210,21 @@ def train(
     bar.close()
     if dev_evaluator is None:
         result.best_step = total
-        encoder.save(output_dir, extra=_extra(save_extra, total, None))
+        encoder.save(best_dir, extra=_extra(save_extra, total, None))
+    _publish(best_dir, output_dir)
+    shutil.rmtree(work, ignore_errors=True)
     result.train_seconds = train_time
     result.sentences_per_second = seen / train_time if train_time > 0 else 0.0
     result.peak_memory_mb = _peak_memory_mb(device)
     return result
+
+
+def _publish(src: Path, dest: Path) -> None:
+    """Move the finished model folder into place, replacing an older one."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(src, dest)
 
 
 def _extra(extra: dict[str, Any] | None, step: int, dev: float | None) -> dict[str, Any]:

@@ -1,0 +1,127 @@
+"""End to end: the real DVC graph on a tiny config in a throw-away copy of the repo.
+
+Checks the outputs' content against independent computations (scipy on the per-run metrics files),
+that an unchanged second ``dvc repro`` does nothing, that changing one seed reruns only that seed,
+and that a failing train stage leaves no model folder behind and a fixed rerun matches a clean run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats as sps
+from tiny_project import make_tiny_project, project_env, run, save_tiny_backbone
+
+pytestmark = pytest.mark.slow
+
+TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return save_tiny_backbone(tmp_path_factory.mktemp("backbone") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, data_mirror, tiny_model) -> Path:
+    dest = make_tiny_project(tmp_path_factory.mktemp("proj") / "repo", data_mirror, tiny_model)
+    run(["dvc", "repro"], dest, project_env(dest))
+    return dest
+
+
+def _eval(project: Path, loss: str, seed: int) -> dict:
+    return json.loads((project / f"metrics/eval/tiny-{loss}-seed{seed}.json").read_text())
+
+
+def test_outputs_have_the_expected_content(project: Path, data_mirror: Path) -> None:
+    sample = (project / "data/corpus/train.txt").read_text().splitlines()
+    assert len(sample) == 192 and len(set(sample)) == 192
+    manifest = json.loads((project / "data/sts/manifest.json").read_text())
+    assert (
+        manifest["files"]["STS12"]["pairs"] == 3108 and manifest["files"]["STSBenchmark-dev"]["pairs"] == 1500
+    )
+    for loss in ("infonce", "focal_infonce"):
+        for seed in (1, 2):
+            record = json.loads((project / f"models/tiny/{loss}/seed{seed}/focalcse.json").read_text())
+            assert record["eval_pooler"] == "cls_before_pooler" and record["train_pooler"] == "cls"
+            train = json.loads((project / f"metrics/train/tiny-{loss}-seed{seed}.json").read_text())
+            assert train["steps"] == 6 and train["meta"]["loss"] == loss and train["meta"]["seed"] == seed
+            dev = json.loads((project / f"metrics/curves/dev/tiny-{loss}-seed{seed}.json").read_text())
+            assert [d["step"] for d in dev] == [0, 3, 6]
+            assert train["stsb_dev_best"] == max(d["stsb_dev_spearman"] for d in dev if d["step"] > 0)
+            ev = _eval(project, loss, seed)
+            assert ev["avg"] == pytest.approx(np.mean([ev[t] for t in TASKS]))
+            assert ev["meta"]["pooler"] == "cls_before_pooler" and ev["meta"]["git_commit"] != "unknown"
+            assert all(-100 <= ev[t] <= 100 for t in TASKS)
+    # the two losses and the two seeds really trained different models
+    assert _eval(project, "infonce", 1)["avg"] != _eval(project, "focal_infonce", 1)["avg"]
+    assert _eval(project, "infonce", 1)["avg"] != _eval(project, "infonce", 2)["avg"]
+
+
+def test_significance_matches_scipy_on_the_eval_files(project: Path) -> None:
+    sig = json.loads((project / "metrics/significance.json").read_text())["backbones"]["tiny"]
+    for key in [*TASKS, "avg"]:
+        base = [_eval(project, "infonce", s)[key] for s in (1, 2)]
+        treat = [_eval(project, "focal_infonce", s)[key] for s in (1, 2)]
+        assert sig["losses"]["infonce"][key]["mean"] == pytest.approx(np.mean(base))
+        assert sig["losses"]["focal_infonce"][key]["std"] == pytest.approx(np.std(treat, ddof=1))
+        ref = sps.ttest_rel(treat, base)
+        assert sig["ttest"][key]["p_value"] == pytest.approx(ref.pvalue, nan_ok=True)
+        assert sig["ttest"][key]["mean_diff"] == pytest.approx(np.mean(treat) - np.mean(base))
+    table = (project / "reports/table2.md").read_text()
+    m = sig["losses"]["focal_infonce"]["avg"]
+    assert f"{m['mean']:.2f} ± {m['std']:.2f}" in table
+
+
+def test_second_repro_does_nothing_and_one_seed_reruns_alone(project: Path) -> None:
+    env = project_env(project)
+    out = run(["dvc", "repro"], project, env).stdout
+    assert "Running stage" not in out
+    status = run(["dvc", "status"], project, env).stdout
+    assert "up to date" in status.lower() or status.strip() == ""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["sweep"]["seeds"] = [1, 3]
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = run(["dvc", "repro"], project, env).stdout
+    ran = set(re.findall(r"Running stage '([^']+)'", out))
+    assert ran == {
+        "train@tiny-infonce-3",
+        "train@tiny-focal_infonce-3",
+        "evaluate@tiny-infonce-3",
+        "evaluate@tiny-focal_infonce-3",
+        "significance",
+        "report",
+    }
+    sig = json.loads((project / "metrics/significance.json").read_text())["backbones"]["tiny"]
+    assert sig["paired_seeds"] == [1, 3]
+
+
+def test_failed_train_leaves_no_model_and_fixed_rerun_matches(
+    tmp_path, data_mirror, tiny_model, project
+) -> None:
+    dest = make_tiny_project(
+        tmp_path / "repo",
+        data_mirror,
+        tiny_model,
+        sweep={"backbones": ["tiny"], "losses": ["infonce"], "seeds": [1]},
+    )
+    env = project_env(dest)
+    params = yaml.safe_load((dest / "params.yaml").read_text())
+    params["train"]["lr"] = 1.0e30  # weights overflow after the first step: loss becomes NaN mid-run
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    proc = __import__("subprocess").run(["dvc", "repro"], cwd=dest, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "loss is nan" in (proc.stdout + proc.stderr).lower()
+    assert not (dest / "models/tiny/infonce/seed1").exists()
+    assert not (dest / "metrics/train/tiny-infonce-seed1.json").exists()
+    params["train"]["lr"] = yaml.safe_load((project / "params.yaml").read_text())["train"]["lr"]
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["dvc", "repro"], dest, env)
+    fixed, clean = _eval(dest, "infonce", 1), _eval(project, "infonce", 1)
+    for key in [*TASKS, "avg", "alignment", "uniformity"]:
+        assert fixed[key] == clean[key]
