@@ -11,6 +11,22 @@ from focalcse.config import ConfigError, Params, load_params
 PARAMS_FILE = os.environ.get("FOCALCSE_PARAMS", "params.yaml")
 
 
+def _concise_errors(kind, value, tb) -> None:
+    # Bad inputs are the user's to fix: one line naming the file/line or key, no traceback.
+    # Anything else is a bug: full traceback. The exit status is non-zero either way.
+    from focalcse.corpus import CorpusError
+    from focalcse.sts import StsDataError
+    from focalcse.training import NonFiniteLossError
+
+    if issubclass(kind, (ConfigError, CorpusError, StsDataError, NonFiniteLossError, FileNotFoundError)):
+        print(f"error: {value}", file=sys.stderr)
+    else:
+        sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = _concise_errors
+
+
 def params() -> Params:
     try:
         return load_params(PARAMS_FILE)

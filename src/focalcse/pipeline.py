@@ -73,7 +73,8 @@ def run_prepare_sts(params: Params, out_dir: str | os.PathLike) -> dict[str, Any
     splits += [("STSBenchmark-dev", read_stsb(root, "dev")), ("STSBenchmark-train", read_stsb(root, "train"))]
     splits += [("SICKRelatedness-train", read_sick(root, "train"))]
     out = Path(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # same filesystem: atomic rename
     try:
         manifest = write_prepared(splits, tmp, source=str(root))
         _replace_dir(tmp, out)
@@ -267,65 +268,214 @@ def run_significance(
     return out
 
 
-# ---------------------------------------------------------------- report
-def _cell(summary: dict[str, float] | None) -> str:
-    if not summary:
-        return "–"
-    return f"{summary['mean']:.2f} ± {summary['std']:.2f}"
+# ---------------------------------------------------------------- ablate_tau / ablate_m
+ABLATION_KINDS = {"tau": "temperature", "m": "m"}
 
 
-def table2_markdown(significance: dict[str, Any]) -> str:
-    """Table 2 shape: per backbone, a row per loss (mean ± std over seeds) and a p-value row."""
-    cols = [
-        k
-        for k in METRIC_KEYS
-        if any(
-            k in e["losses"].get(loss, {}) for e in significance["backbones"].values() for loss in e["losses"]
+def run_ablation(
+    params: Params,
+    kind: str,
+    value: float,
+    corpus_file: str | os.PathLike,
+    sts_dir: str | os.PathLike,
+    out_file: str | os.PathLike,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """One item of the tau (Table 4) or m (Table 5) ablation.
+
+    Trains ``ablation.loss`` on ``ablation.backbone`` with seed ``ablation.seed`` for
+    ``ablation.max_steps`` steps, τ (``kind="tau"``) or m (``kind="m"``) set to ``value`` and every other
+    key from ``train`` + ``backbone_overrides``, exactly as the train stage would (best-on-dev model kept),
+    then scores STS-B test with that model. The model lives in a temporary folder that is deleted.
+    """
+    from focalcse.config import replace
+    from focalcse.provenance import provenance, write_json_atomic
+
+    cfg = params.ablation_train_config(kind, value)
+    backbone, ab = params.ablation_backbone, params.ablation
+    over = {
+        **(params.backbone_overrides.get(backbone) or {}),
+        "temperature": cfg.temperature,
+        "m": cfg.m,
+        "max_steps": cfg.max_steps,
+    }
+    item = replace(
+        params,
+        backbone_overrides={**params.backbone_overrides, backbone: over},
+        eval=replace(params.eval, tasks=("STSBenchmark",)),
+    )
+    if item.train_config(backbone, ab.loss, ab.seed) != cfg:  # pragma: no cover - guards the merge
+        raise AssertionError("ablation train config does not survive the override merge")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="focalcse-ablation-") as tmp:
+        t = Path(tmp)
+        train = run_train(
+            item,
+            backbone,
+            ab.loss,
+            ab.seed,
+            corpus_file=corpus_file,
+            sts_dir=sts_dir,
+            model_dir=t / "model",
+            metrics_file=t / "train.json",
+            curve_file=t / "loss.json",
+            dev_file=t / "dev.json",
+            progress=progress,
         )
-    ]
-    names = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg."}
-    lines = [
-        "| Backbone | Loss | seeds | " + " | ".join(names.get(c, c) for c in cols) + " |",
-        "|---|---|---|" + "---|" * len(cols),
-    ]
-    for backbone, entry in significance["backbones"].items():
-        for loss, summ in entry["losses"].items():
-            n = len(entry["seeds"][loss])
-            lines.append(
-                f"| {backbone} | {loss} | {n} | " + " | ".join(_cell(summ.get(c)) for c in cols) + " |"
-            )
-        if entry.get("ttest"):
-            ps = []
-            for c in cols:
-                t = entry["ttest"].get(c)
-                ps.append(
-                    "–"
-                    if t is None or t["p_value"] != t["p_value"]
-                    else f"p={t['p_value']:.3g}{' *' if t['significant'] else ''}"
-                )
-            lines.append(
-                f"| {backbone} | paired t-test ({significance['treatment']} − {significance['baseline']}) | {len(entry.get('paired_seeds', []))} | "
-                + " | ".join(ps)
-                + " |"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def run_report(params: Params, significance_file: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Markdown report with the Table 2-style table from the significance output."""
-    significance = json.loads(Path(significance_file).read_text())
-    meta = significance.get("meta", {})
-    text = [
-        "# Focal-InfoNCE reproduction: STS results",
-        "",
-        'Spearman × 100, SimCSE\'s "all" setting, mean ± std over seeds; `*` marks p < '
-        f"{significance['alpha']} (two-sided paired t-test over matched seeds).",
-        "",
-        table2_markdown(significance),
-        f"Produced by commit `{meta.get('git_commit', 'unknown')}` from `{significance_file}` "
-        f"({meta.get('runs', '?')} evaluation runs).",
-        "",
-    ]
-    out = Path(out_dir) / "table2.md"
-    _write_text_atomic(out, "\n".join(text))
+        ev = run_evaluate(
+            item, backbone, ab.loss, ab.seed, t / "model", sts_dir, t / "eval.json", progress=progress
+        )
+    out = {
+        "kind": kind,
+        "value": float(value),
+        "parameter": ABLATION_KINDS[kind],
+        "backbone": backbone,
+        "loss": ab.loss,
+        "seed": ab.seed,
+        "temperature": cfg.temperature,
+        "m": cfg.m,
+        "STSBenchmark": ev["STSBenchmark"],
+        "alignment": ev.get("alignment"),
+        "uniformity": ev.get("uniformity"),
+        "stsb_dev_best": train["stsb_dev_best"],
+        "stsb_dev_start": train["stsb_dev_start"],
+        "best_step": train["best_step"],
+        "steps": train["steps"],
+        "final_loss": train["final_loss"],
+        "wall_seconds": time.perf_counter() - start,
+        "meta": provenance(
+            backbone=backbone,
+            backbone_source=params.backbone_source(backbone),
+            train_config=asdict(cfg),
+            corpus=train["meta"]["corpus"],
+            sts_dir=str(sts_dir),
+            model="deleted after scoring (ablation items keep metrics only)",
+        ),
+    }
+    write_json_atomic(out_file, out)
     return out
+
+
+# ---------------------------------------------------------------- hard_negatives
+def start_eval_pooler(pooler: str, mlp_only_train: bool) -> str:
+    """The pooler a trained model is evaluated with (``cls_before_pooler`` for SimCSE unsup)."""
+    return "cls_before_pooler" if pooler == "cls" and mlp_only_train else pooler
+
+
+def hardest_negatives(cosines: Any, gold: Any, max_gold: float, k: int) -> list[int]:
+    """Indices of the ``k`` pairs with the highest cosine among those with ``gold <= max_gold``
+    (ties broken by index, so the choice is deterministic)."""
+    import numpy as np
+
+    cos, gold = np.asarray(cosines, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if cos.shape != gold.shape:
+        raise ValueError(f"cosines {cos.shape} and gold {gold.shape} differ in shape")
+    candidates = np.flatnonzero(gold <= max_gold)
+    order = sorted(candidates.tolist(), key=lambda i: (-cos[i], i))
+    return order[:k]
+
+
+def run_hard_negatives(
+    params: Params,
+    sts_dir: str | os.PathLike,
+    models_dir: str | os.PathLike,
+    out_file: str | os.PathLike,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """§5.1: the hardest negatives of STS-B train under the starting model, before and after training.
+
+    Per sweep backbone: the backbone as loaded for training, read with the evaluation pooler (``[CLS]``
+    for SimCSE unsup), scores every STS-B train pair with gold ``<= report.hard_negative_max_gold``; the
+    ``report.hard_negatives`` pairs of highest cosine are kept, and their cosine is recomputed with the
+    first seed's trained model of every sweep loss (``<models_dir>/<backbone>/<loss>/seed<k>``). The mean
+    cosine over all candidate pairs is recorded per model too (models differ in anisotropy).
+    """
+    import torch.nn.functional as F
+
+    from focalcse.evaluation import encode
+    from focalcse.model import SentenceEncoder
+    from focalcse.provenance import provenance, write_json_atomic
+    from focalcse.sts import load_split
+    from focalcse.training import output_path
+
+    rep, seed = params.report, params.sweep.seeds[0]
+    split = load_split(sts_dir, "STSBenchmark-train")
+    s1, s2, gold = [], [], []
+    for a, b, g in split.subsets.values():
+        s1 += a
+        s2 += b
+        gold += g
+    cand = [i for i, g in enumerate(gold) if g <= rep.hard_negative_max_gold]
+    if not cand:
+        raise ValueError(
+            f"no STS-B train pair has gold <= report.hard_negative_max_gold={rep.hard_negative_max_gold}"
+        )
+    c1, c2 = [s1[i] for i in cand], [s2[i] for i in cand]
+    start = time.perf_counter()
+
+    def cosines(encoder: SentenceEncoder, device: str) -> list[float]:
+        encoder.to(device)
+        v = encode(
+            encoder, c1 + c2, batch_size=params.eval.batch_size, precision=params.eval.precision
+        )  # (2n, d)
+        return F.cosine_similarity(v[: len(c1)], v[len(c1) :], dim=-1).tolist()  # (n,)
+
+    out: dict[str, Any] = {
+        "split": "STSBenchmark-train",
+        "max_gold": rep.hard_negative_max_gold,
+        "k": rep.hard_negatives,
+        "seed": seed,
+        "backbones": {},
+    }
+    for backbone in params.sweep.backbones:
+        cfg = params.train_config(backbone, params.sweep.losses[0], seed)
+        source = params.backbone_source(backbone)
+        pooler = start_eval_pooler(cfg.pooler, cfg.mlp_only_train)
+        starting = SentenceEncoder.from_pretrained(
+            source, pooler=pooler, max_seq_len=cfg.max_seq_len, mlp_init="fresh", seed=cfg.seed
+        )
+        cos = {"start": cosines(starting, cfg.device)}
+        del starting
+        models = {"start": source}
+        for loss in params.sweep.losses:
+            model_dir = output_path(models_dir, backbone, loss, seed)
+            cos[loss] = cosines(SentenceEncoder.from_pretrained(model_dir), cfg.device)
+            models[loss] = str(model_dir)
+        top = hardest_negatives(
+            cos["start"], [gold[i] for i in cand], rep.hard_negative_max_gold, rep.hard_negatives
+        )
+        out["backbones"][backbone] = {
+            "source": source,
+            "start_pooler": pooler,
+            "models": models,
+            "candidates": len(cand),
+            "mean_cos": {k: sum(v) / len(v) for k, v in cos.items()},
+            "pairs": [
+                {
+                    "index": cand[j],
+                    "sentence1": c1[j],
+                    "sentence2": c2[j],
+                    "gold": gold[cand[j]],
+                    "cos": {k: v[j] for k, v in cos.items()},
+                }
+                for j in top
+            ],
+        }
+    out["wall_seconds"] = time.perf_counter() - start
+    out["meta"] = provenance(sts_dir=str(sts_dir), models_dir=str(models_dir))
+    write_json_atomic(out_file, out)
+    return out
+
+
+# ---------------------------------------------------------------- report
+def run_report(
+    params: Params,
+    metrics_dir: str | os.PathLike = "metrics",
+    out_dir: str | os.PathLike = "reports",
+    params_file: str | os.PathLike = "params.yaml",
+) -> dict[str, Path]:
+    """Tables 2-5, Figure 1, curves and the hard negatives as ``report.md`` + ``index.html`` (see
+    :mod:`focalcse.report`)."""
+    from focalcse.report import ReportInputs, build_report
+
+    return build_report(params, ReportInputs.under(metrics_dir), out_dir, params_file=params_file)

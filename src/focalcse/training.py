@@ -8,9 +8,11 @@ linear decay without warm-up, STS-B dev Spearman every ``eval_steps`` with the b
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from focalcse.config import TrainConfig
@@ -44,6 +47,7 @@ class TrainResult:
     train_seconds: float
     sentences_per_second: float
     peak_memory_mb: float
+    sentences_seen: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
     dev_curve: list[dict[str, float]] = field(default_factory=list)
 
@@ -104,6 +108,7 @@ def train(
     save_extra: dict[str, Any] | None = None,
     progress: bool = True,
     work_dir: str | os.PathLike | None = None,
+    resume: bool = True,
 ) -> TrainResult:
     """Train ``encoder`` on ``corpus`` and leave the best-on-dev model in ``output_dir``.
 
@@ -122,6 +127,9 @@ def train(
         progress: show a tqdm bar.
         work_dir: checkpoint folder (default: hidden ``.<name>.work`` beside ``output_dir``); removed on
             success, kept after a failure.
+        resume: continue from the last checkpoint in ``work_dir`` when it was written by a run with the
+            same config and corpus size (model, optimizer, scheduler, RNG states, data position and
+            best-so-far are restored, so the result equals an uninterrupted run).
     """
     output_dir = Path(output_dir)
     work = Path(work_dir) if work_dir is not None else output_dir.parent / f".{output_dir.name}.work"
@@ -155,6 +163,11 @@ def train(
         sentences_per_second=0.0,
         peak_memory_mb=0.0,
     )
+    ckpt = Checkpointer(work / "last", fingerprint={"config": asdict(cfg), "sentences": n, "steps": total})
+    ckpt_every = cfg.checkpoint_steps or cfg.eval_steps
+    start_step = ckpt.load(encoder, optimizer, scheduler, result) if resume else 0
+    if start_step and progress:
+        tqdm.write(f"resuming {cfg.loss} seed {cfg.seed} from step {start_step} ({ckpt.folder})")
 
     def evaluate(step: int) -> None:
         if dev_evaluator is None:
@@ -166,15 +179,17 @@ def train(
             result.best_step, result.best_dev = step, dev
             encoder.save(best_dir, extra=_extra(save_extra, step, dev))
 
-    if cfg.eval_at_start:
+    if cfg.eval_at_start and start_step == 0:
         evaluate(0)
     encoder.train()
     bar = tqdm(
-        total=total, desc=f"train {cfg.loss} seed {cfg.seed}", disable=not progress, dynamic_ncols=True
+        total=total,
+        initial=start_step,
+        desc=f"train {cfg.loss} seed {cfg.seed}",
+        disable=not progress,
+        dynamic_ncols=True,
     )
-    train_time = 0.0
-    seen = 0
-    for step, idx in enumerate(batches, start=1):
+    for step, idx in enumerate(batches[start_step:], start=start_step + 1):
         t0 = time.perf_counter()
         ids, mask = _collate([ids_column[i] for i in idx], pad_id)
         ids2, mask2 = (
@@ -189,15 +204,16 @@ def train(
             bar.close()
             raise NonFiniteLossError(
                 f"loss is {loss.item()} at step {step} (loss={cfg.loss}, lr={cfg.lr}, temperature={cfg.temperature}); "
-                f"the last good checkpoint (step {result.best_step}) is kept in {best_dir}"
+                f"training stopped. Last good checkpoint: {ckpt.folder} (step {ckpt.step}); "
+                f"best model so far: {best_dir} (step {result.best_step})"
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         lr = scheduler.get_last_lr()[0]
         scheduler.step()
-        train_time += time.perf_counter() - t0
-        seen += len(idx)
+        result.train_seconds += time.perf_counter() - t0
+        result.sentences_seen += len(idx)
         if step % cfg.log_every == 0 or step == total:
             metrics = {"loss": float(loss.item()), "lr": float(lr)}
             result.history.append({"step": step, **metrics})
@@ -207,16 +223,85 @@ def train(
         if dev_evaluator is not None and (step % cfg.eval_steps == 0 or step == total):
             evaluate(step)
             encoder.train()
+        if step % ckpt_every == 0 and step < total:
+            ckpt.save(step, encoder, optimizer, scheduler, result)
     bar.close()
     if dev_evaluator is None:
         result.best_step = total
         encoder.save(best_dir, extra=_extra(save_extra, total, None))
     _publish(best_dir, output_dir)
     shutil.rmtree(work, ignore_errors=True)
-    result.train_seconds = train_time
-    result.sentences_per_second = seen / train_time if train_time > 0 else 0.0
+    t = result.train_seconds
+    result.sentences_per_second = result.sentences_seen / t if t > 0 else 0.0
     result.peak_memory_mb = _peak_memory_mb(device)
     return result
+
+
+class Checkpointer:
+    """Resumable training state in one folder, replaced atomically.
+
+    ``model.safetensors`` holds the weights (safetensors: no pickled code); ``state.pt`` holds optimizer,
+    scheduler, RNG states, step and the result so far, read back with ``torch.load(weights_only=True)``.
+    A checkpoint is used only if its fingerprint (config, corpus size, total steps) matches the run.
+    """
+
+    def __init__(self, folder: Path, fingerprint: dict[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.fingerprint = json.dumps(fingerprint, sort_keys=True)
+        self.step = 0
+
+    def save(self, step: int, encoder: nn.Module, optimizer, scheduler, result: TrainResult) -> None:
+        from safetensors.torch import save_model
+
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".last.", dir=self.folder.parent))
+        try:
+            save_model(encoder, str(tmp / "model.safetensors"))
+            state = {
+                "fingerprint": self.fingerprint,
+                "step": step,
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng_cpu": torch.get_rng_state(),
+                "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "result": json.dumps(result.to_dict()),
+            }
+            torch.save(state, tmp / "state.pt")
+            old = self.folder.with_name(self.folder.name + ".old")
+            if self.folder.exists():
+                os.replace(self.folder, old)
+            os.replace(tmp, self.folder)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.step = step
+
+    def load(self, encoder: nn.Module, optimizer, scheduler, result: TrainResult) -> int:
+        """Restore the checkpoint into the given objects; returns its step (0 when none is usable)."""
+        from safetensors.torch import load_model
+
+        old = self.folder.with_name(self.folder.name + ".old")
+        if not (self.folder / "state.pt").is_file() and (old / "state.pt").is_file():
+            os.replace(old, self.folder)  # killed between the two renames of save()
+        state_file = self.folder / "state.pt"
+        if not state_file.is_file():
+            return 0
+        state = torch.load(state_file, map_location="cpu", weights_only=True)
+        if state.get("fingerprint") != self.fingerprint:
+            tqdm.write(f"ignoring checkpoint {self.folder}: written by a run with other settings")
+            return 0
+        load_model(encoder, str(self.folder / "model.safetensors"))
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng_cpu"])
+        if state["rng_cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng_cuda"])
+        saved = json.loads(state["result"])
+        for key in ("best_step", "best_dev", "train_seconds", "sentences_seen", "history", "dev_curve"):
+            setattr(result, key, saved[key])
+        self.step = int(state["step"])
+        return self.step
 
 
 def _publish(src: Path, dest: Path) -> None:
