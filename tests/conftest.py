@@ -178,3 +178,23 @@ def write_tiny_senteval(root: Path, pairs_per_subset: int = 8, seed: int = 0) ->
 def tiny_sts_dir(tmp_path: Path) -> Path:
     """A miniature SentEval ``downstream`` folder (real layout and subset names, few pairs)."""
     return write_tiny_senteval(tmp_path / "downstream")
+
+
+# ---------------------------------------------------------------- one tiny `dvc repro`, shared
+@pytest.fixture(scope="session")
+def tiny_backbone(tmp_path_factory) -> Path:
+    """A random 2-layer BERT (MiniLM tokenizer) saved as an HF folder."""
+    from tiny_project import save_tiny_backbone
+
+    return save_tiny_backbone(tmp_path_factory.mktemp("backbone") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_repro(tmp_path_factory, data_mirror, tiny_backbone) -> Path:
+    """A copy of the repo with the tiny config after one full ``dvc repro``. Shared by the end-to-end
+    tests: treat it as read-only (copy it with ``shutil.copytree`` before changing anything)."""
+    from tiny_project import make_tiny_project, project_env, run
+
+    dest = make_tiny_project(tmp_path_factory.mktemp("proj") / "repo", data_mirror, tiny_backbone)
+    run(["dvc", "repro"], dest, project_env(dest), timeout=1500)
+    return dest

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 from scipy import stats as sps
-from tiny_project import make_tiny_project, project_env, run, save_tiny_backbone
+from tiny_project import make_tiny_project, project_env, run
 
 pytestmark = pytest.mark.slow
 
@@ -23,15 +25,8 @@ TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelat
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return save_tiny_backbone(tmp_path_factory.mktemp("backbone") / "tiny")
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory, data_mirror, tiny_model) -> Path:
-    dest = make_tiny_project(tmp_path_factory.mktemp("proj") / "repo", data_mirror, tiny_model)
-    run(["dvc", "repro"], dest, project_env(dest))
-    return dest
+def project(tiny_repro: Path) -> Path:
+    return tiny_repro  # the shared tiny `dvc repro` (conftest); read-only here
 
 
 def _eval(project: Path, loss: str, seed: int) -> dict:
@@ -73,12 +68,13 @@ def test_significance_matches_scipy_on_the_eval_files(project: Path) -> None:
         ref = sps.ttest_rel(treat, base)
         assert sig["ttest"][key]["p_value"] == pytest.approx(ref.pvalue, nan_ok=True)
         assert sig["ttest"][key]["mean_diff"] == pytest.approx(np.mean(treat) - np.mean(base))
-    table = (project / "reports/table2.md").read_text()
+    table = (project / "reports/report.md").read_text()
     m = sig["losses"]["focal_infonce"]["avg"]
     assert f"{m['mean']:.2f} ± {m['std']:.2f}" in table
 
 
-def test_second_repro_does_nothing_and_one_seed_reruns_alone(project: Path) -> None:
+def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, tmp_path: Path) -> None:
+    project = Path(shutil.copytree(tiny_repro, tmp_path / "repo", symlinks=True))
     env = project_env(project)
     out = run(["dvc", "repro"], project, env).stdout
     assert "Running stage" not in out
@@ -95,6 +91,8 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(project: Path) -> N
         "evaluate@tiny-infonce-3",
         "evaluate@tiny-focal_infonce-3",
         "significance",
+        # depends on the whole models/ folder and on `sweep` (it reads the first seed's models)
+        "hard_negatives",
         "report",
     }
     sig = json.loads((project / "metrics/significance.json").read_text())["backbones"]["tiny"]
@@ -102,26 +100,27 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(project: Path) -> N
 
 
 def test_failed_train_leaves_no_model_and_fixed_rerun_matches(
-    tmp_path, data_mirror, tiny_model, project
+    tmp_path, data_mirror, tiny_backbone, project
 ) -> None:
     dest = make_tiny_project(
         tmp_path / "repo",
         data_mirror,
-        tiny_model,
+        tiny_backbone,
         sweep={"backbones": ["tiny"], "losses": ["infonce"], "seeds": [1]},
     )
     env = project_env(dest)
     params = yaml.safe_load((dest / "params.yaml").read_text())
     params["train"]["lr"] = 1.0e30  # weights overflow after the first step: loss becomes NaN mid-run
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    proc = __import__("subprocess").run(["dvc", "repro"], cwd=dest, env=env, capture_output=True, text=True)
+    target = "train@tiny-infonce-1"  # sample, prepare_sts and train: the stages the failure concerns
+    proc = subprocess.run(["dvc", "repro", target], cwd=dest, env=env, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "loss is nan" in (proc.stdout + proc.stderr).lower()
     assert not (dest / "models/tiny/infonce/seed1").exists()
     assert not (dest / "metrics/train/tiny-infonce-seed1.json").exists()
     params["train"]["lr"] = yaml.safe_load((project / "params.yaml").read_text())["train"]["lr"]
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run(["dvc", "repro"], dest, env)
+    run(["dvc", "repro", "evaluate@tiny-infonce-1"], dest, env)
     fixed, clean = _eval(dest, "infonce", 1), _eval(project, "infonce", 1)
     for key in [*TASKS, "avg", "alignment", "uniformity"]:
         assert fixed[key] == clean[key]

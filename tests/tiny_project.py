@@ -40,6 +40,8 @@ TINY_PARAMS: dict[str, Any] = {
         "batch_size": 256,
     },
     "sweep": {"backbones": ["tiny"], "losses": ["infonce", "focal_infonce"], "seeds": [1, 2]},
+    "ablation": {"temperatures": [0.05, 0.1], "ms": [0.2, 0.3], "max_steps": 3},
+    "report": {"hard_negatives": 3, "hard_negative_max_gold": 1.0},
     "tracking": {"experiment": "tiny"},
 }
 

@@ -7,6 +7,7 @@ what is allowed, before any work starts.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
@@ -62,6 +63,8 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 | fp16 autocast
     weight_decay: float = 0.0
     log_every: int = 1
+    grad_cache_chunk: int = 0  # GradCache: sequences per forward (2 per sentence); 0 = one forward
+    checkpoint_steps: int = 0  # resumable checkpoint every N steps; 0 = at every dev evaluation
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -94,6 +97,10 @@ class TrainConfig:
             _fail(s, "weight_decay", self.weight_decay, "a number >= 0")
         if self.log_every < 1:
             _fail(s, "log_every", self.log_every, "an integer >= 1")
+        if self.grad_cache_chunk < 0:
+            _fail(s, "grad_cache_chunk", self.grad_cache_chunk, "an integer >= 0 (0 = off)")
+        if self.checkpoint_steps < 0:
+            _fail(s, "checkpoint_steps", self.checkpoint_steps, "an integer >= 0 (0 = at every evaluation)")
         if not (self.device == "cpu" or self.device.startswith(("cuda", "mps"))):
             _fail(s, "device", self.device, "cpu, cuda, cuda:N or mps")
 
@@ -154,6 +161,56 @@ class SweepConfig:
             _fail("sweep", "seeds", list(self.seeds), "integers >= 0")
 
 
+@dataclass(frozen=True)
+class AblationConfig:
+    """``ablation`` section: the tau and m sweeps of the paper's Tables 4 and 5 (DVC stages
+    ``ablate_tau`` / ``ablate_m``). Each item trains ``loss`` on ``backbone`` with one seed; the other
+    train keys come from ``train`` + ``backbone_overrides`` (the tau sweep keeps train's m, the m sweep
+    keeps its tau)."""
+
+    loss: str = "focal_infonce"
+    backbone: str = ""  # "" = the first sweep backbone
+    seed: int = 1
+    max_steps: int = 32  # per item; 0 = the whole sample (the paper's setting)
+    temperatures: tuple[float, ...] = (0.03, 0.05, 0.07, 0.1)  # Table 4
+    ms: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5)  # Table 5
+
+    def __post_init__(self) -> None:
+        s = "ablation"
+        if self.loss not in LOSS_NAMES:
+            _fail(s, "loss", self.loss, f"one of {', '.join(LOSS_NAMES)}")
+        if self.seed < 0:
+            _fail(s, "seed", self.seed, "an integer >= 0")
+        if self.max_steps < 0:
+            _fail(s, "max_steps", self.max_steps, "an integer >= 0 (0 = the whole sample)")
+        if not self.temperatures or len(set(self.temperatures)) != len(self.temperatures):
+            _fail(s, "temperatures", list(self.temperatures), "a non-empty list of unique numbers")
+        if any(t <= 0 for t in self.temperatures):
+            _fail(s, "temperatures", list(self.temperatures), "numbers > 0")
+        if not self.ms or len(set(self.ms)) != len(self.ms):
+            _fail(s, "ms", list(self.ms), "a non-empty list of unique numbers")
+        if any(m < 0 for m in self.ms):
+            _fail(s, "ms", list(self.ms), "numbers >= 0")
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """``report`` section: the qualitative hard negatives and Figure 1 of the report."""
+
+    hard_negatives: int = 5  # pairs shown in the qualitative table (paper §5.1)
+    hard_negative_max_gold: float = 1.0  # a "negative" is an STS-B train pair with gold <= this (0-5)
+    figure1_ms: tuple[float, ...] = (0.1, 0.3, 0.5)  # m values drawn in Figure 1
+
+    def __post_init__(self) -> None:
+        s = "report"
+        if self.hard_negatives < 1:
+            _fail(s, "hard_negatives", self.hard_negatives, "an integer >= 1")
+        if not 0 <= self.hard_negative_max_gold <= 5:
+            _fail(s, "hard_negative_max_gold", self.hard_negative_max_gold, "a number in [0, 5]")
+        if not self.figure1_ms or any(not 0 <= m < 2 for m in self.figure1_ms):
+            _fail(s, "figure1_ms", list(self.figure1_ms), "a non-empty list of numbers in [0, 2)")
+
+
 T = TypeVar("T")
 
 
@@ -187,7 +244,7 @@ def _coerce(section: str, key: str, value: Any, hint: Any) -> Any:
     if hint is float or text == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             _fail(section, key, value, "a number")
-        return float(value)
+        return value  # an int stays as written, so error messages quote the user's value
     if hint is str or text == "str":
         if not isinstance(value, str):
             _fail(section, key, value, "a string")
@@ -195,7 +252,11 @@ def _coerce(section: str, key: str, value: Any, hint: Any) -> Any:
     if text.startswith("tuple"):
         if not isinstance(value, (list, tuple)):
             _fail(section, key, value, "a list")
-        inner = "int" if "int" in text else "str"
+        inner = "float" if "float" in text else "int" if "int" in text else "str"
+        if inner == "float":
+            if any(isinstance(item, bool) or not isinstance(item, (int, float)) for item in value):
+                _fail(section, key, value, "a list of numbers")
+            return tuple(float(item) for item in value)
         for item in value:
             if inner == "int" and (isinstance(item, bool) or not isinstance(item, int)):
                 _fail(section, key, value, "a list of integers")
@@ -214,6 +275,8 @@ class Params:
     eval: EvalConfig = field(default_factory=EvalConfig)
     significance: SignificanceConfig = field(default_factory=SignificanceConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    ablation: AblationConfig = field(default_factory=AblationConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
     backbone_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -233,6 +296,25 @@ class Params:
         }
         return from_dict(TrainConfig, f"train (backbone {backbone})", merged)
 
+    @property
+    def ablation_backbone(self) -> str:
+        """The backbone the tau / m ablations train: ``ablation.backbone`` or the first sweep backbone."""
+        return self.ablation.backbone or self.sweep.backbones[0]
+
+    def ablation_train_config(self, kind: str, value: float) -> TrainConfig:
+        """One ablation item's train config: ``kind`` ``tau`` sets the temperature (m from train),
+        ``m`` sets m (temperature from train); ``ablation.max_steps`` steps of ``ablation.loss``."""
+        keys = {"tau": "temperature", "m": "m"}
+        if kind not in keys:
+            raise ConfigError(f"ablation kind {kind!r}: expected one of {', '.join(keys)}")
+        base = self.train_config(self.ablation_backbone, self.ablation.loss, self.ablation.seed)
+        merged = {
+            **{f.name: getattr(base, f.name) for f in fields(TrainConfig)},
+            keys[kind]: value,
+            "max_steps": self.ablation.max_steps,
+        }
+        return from_dict(TrainConfig, f"ablation ({kind}={value})", merged)
+
 
 SECTIONS = {
     "data": DataConfig,
@@ -240,8 +322,10 @@ SECTIONS = {
     "eval": EvalConfig,
     "significance": SignificanceConfig,
     "sweep": SweepConfig,
+    "ablation": AblationConfig,
+    "report": ReportConfig,
 }
-OTHER_SECTIONS = ("backbone_overrides", "report", "ablation", "benchmark", "tracking")
+OTHER_SECTIONS = ("backbone_overrides", "benchmark", "tracking")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
@@ -265,9 +349,43 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         )
     params = Params(**built, backbone_overrides=overrides, raw=raw)
     for backbone in params.sweep.backbones:  # validate every merged train config up front
+        check_backbone(backbone, params.backbone_source(backbone))
         for loss in params.sweep.losses:
             params.train_config(backbone, loss, params.sweep.seeds[0])
+    for t in params.ablation.temperatures:
+        params.ablation_train_config("tau", t)
+    for m in params.ablation.ms:
+        params.ablation_train_config("m", m)
     return params
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_backbone(name: str, source: str) -> None:
+    """A sweep backbone needs a path-safe name and a source that is the offline default, an existing
+    model folder, or a well-formed hub id (its existence on the hub is checked when it is loaded)."""
+    from focalcse.model import resolve_backbone
+
+    if not _NAME.match(name):
+        _fail(
+            "sweep",
+            "backbones",
+            name,
+            "names of letters, digits, '.', '_' or '-' (set backbone_overrides.<name>.source for a path or org/id)",
+        )
+    try:
+        resolved = resolve_backbone(source)
+    except ValueError as err:
+        raise ConfigError(f"params backbone_overrides.{name}.source = {source!r}: {err}") from err
+    if resolved == source and not Path(source).is_dir() and not _HUB_ID.match(source):
+        _fail(
+            f"backbone_overrides.{name}",
+            "source",
+            source,
+            "all-MiniLM-L6-v2, an existing model folder, or a hub id like org/name",
+        )
 
 
 def replace(cfg: T, **changes: Any) -> T:

@@ -105,8 +105,14 @@ def run_train(
     dev_file: str | os.PathLike,
     log_metrics=None,
     progress: bool = True,
+    parallel=None,
 ) -> dict[str, Any]:
-    """Train one matrix item; write the best model, a metrics JSON and the loss / dev curves."""
+    """Train one matrix item; write the best model, a metrics JSON and the loss / dev curves.
+
+    ``parallel`` (a :class:`focalcse.distributed.DistributedContext`): one rank of a ``torchrun`` job;
+    only rank 0 evaluates and writes, the others return ``{}``.
+    """
+    from focalcse.distributed import DistributedContext
     from focalcse.evaluation import stsb_dev_evaluator
     from focalcse.model import SentenceEncoder
     from focalcse.provenance import provenance, write_json_atomic
@@ -123,7 +129,9 @@ def run_train(
         mlp_init="fresh",
         seed=cfg.seed,
     )
-    corpus = tokenize_corpus(corpus_file, encoder.tokenizer, cfg.max_seq_len)
+    parallel = parallel or DistributedContext()
+    with parallel.main_first():  # rank 0 fills the datasets cache, the others read it
+        corpus = tokenize_corpus(corpus_file, encoder.tokenizer, cfg.max_seq_len)
     dev = stsb_dev_evaluator(str(sts_dir), batch_size=params.eval.batch_size, precision=cfg.precision)
     identity = {"backbone": backbone, "backbone_source": source, "loss": loss, "seed": seed}
     result = train(
@@ -135,7 +143,10 @@ def run_train(
         log_metrics=log_metrics or (lambda m, s: None),
         save_extra={**identity, "train_config": asdict(cfg)},
         progress=progress,
+        parallel=parallel,
     )
+    if not parallel.is_main:
+        return {}
     wall = time.perf_counter() - start
     metrics = {
         "best_step": result.best_step,

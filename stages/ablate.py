@@ -1,0 +1,26 @@
+"""DVC stages `ablate_tau@<τ>` / `ablate_m@<m>`: one Table 4 / Table 5 item (train, score STS-B test)."""
+
+from __future__ import annotations
+
+import argparse
+
+from _common import params
+
+from focalcse.pipeline import ABLATION_KINDS, run_ablation
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("kind", choices=sorted(ABLATION_KINDS))
+    parser.add_argument("value", help="the swept value, as dvc.yaml renders it (names the output file)")
+    args = parser.parse_args()
+    out = run_ablation(
+        params(),
+        args.kind,
+        float(args.value),
+        corpus_file="data/corpus/train.txt",
+        sts_dir="data/sts",
+        out_file=f"metrics/ablation/{args.kind}-{args.value}.json",
+    )
+    print(
+        f"{args.kind}={args.value}: STS-B test {out['STSBenchmark']:.2f} (best dev {out['stsb_dev_best']:.2f})"
+    )

@@ -1,0 +1,577 @@
+"""The report: its params sections, its pure helpers, and every number of ``report.md`` / ``index.html``
+checked against the metrics files, from synthetic metrics (fast) and from a tiny ``dvc repro`` (slow).
+
+The checks read the metrics JSONs themselves (means and stds are recomputed from the per-run files),
+parse the numbers out of the Markdown tables, and require the HTML page to show the same tables and to
+need no network (every image a base64 PNG, no http(s) reference).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from focalcse.config import ConfigError, Params, load_params
+from focalcse.figures import rescaled_logit
+from focalcse.pipeline import hardest_negatives, run_name, run_significance
+from focalcse.report import PUBLISHED, ReportInputs, build_report
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+COLUMN_KEYS = {"STS-B": "STSBenchmark", "SICK-R": "SICKRelatedness", "Avg.": "avg"}
+LOSS_LABELS = {"infonce": "InfoNCE (SimCSE)", "focal_infonce": "Focal-InfoNCE"}
+NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+
+
+# ---------------------------------------------------------------- params sections
+def _params_with(tmp_path: Path, **sections: dict) -> Path:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    for name, values in sections.items():
+        raw[name] = {**(raw.get(name) or {}), **values}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_real_params_files_have_the_ablation_and_report_sections() -> None:
+    for name, steps in (("params.yaml", 32), ("params/paper.yaml", 0)):
+        p = load_params(REPO / name)
+        assert p.ablation.temperatures == (0.03, 0.05, 0.07, 0.1)  # the paper's Table 4
+        assert p.ablation.ms == (0.1, 0.2, 0.3, 0.4, 0.5)
+        assert p.ablation.loss == "focal_infonce" and p.ablation.max_steps == steps
+        assert p.ablation_backbone == p.sweep.backbones[0]
+        assert p.report.hard_negatives >= 1 and 0 <= p.report.hard_negative_max_gold <= 5
+
+
+def test_ablation_items_change_only_their_parameter() -> None:
+    p = load_params(REPO / "params.yaml")
+    base = p.train_config(p.ablation_backbone, p.ablation.loss, p.ablation.seed)
+    tau = p.ablation_train_config("tau", 0.1)
+    assert tau.temperature == 0.1 and tau.m == base.m == p.train.m
+    m = p.ablation_train_config("m", 0.5)
+    assert m.m == 0.5 and m.temperature == base.temperature
+    for cfg in (tau, m):
+        assert cfg.max_steps == p.ablation.max_steps and cfg.loss == "focal_infonce"
+        assert cfg.seed == p.ablation.seed and cfg.lr == base.lr and cfg.batch_size == base.batch_size
+    paper = load_params(REPO / "params/paper.yaml")  # bert-base-uncased: tau 0.07 from its override
+    m = paper.ablation_train_config("m", 0.2)
+    assert (m.temperature, m.m, m.max_steps, m.batch_size) == (0.07, 0.2, 0, 64)
+    with pytest.raises(ConfigError, match="ablation kind"):
+        p.ablation_train_config("lr", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("section", "values", "message"),
+    [
+        ("ablation", {"temperatures": [0.05, 0]}, "ablation.temperatures"),
+        ("ablation", {"temperatures": ["hot"]}, "ablation.temperatures"),
+        ("ablation", {"temperatures": []}, "ablation.temperatures"),
+        ("ablation", {"ms": [0.1, 0.1]}, "ablation.ms"),
+        ("ablation", {"ms": [-0.1]}, "ablation.ms"),
+        ("ablation", {"loss": "triplet"}, "ablation.loss"),
+        ("ablation", {"max_steps": -1}, "ablation.max_steps"),
+        ("ablation", {"steps": 3}, "unknown key"),
+        ("report", {"hard_negatives": 0}, "report.hard_negatives"),
+        ("report", {"hard_negative_max_gold": 6.0}, "report.hard_negative_max_gold"),
+        ("report", {"figure1_ms": []}, "report.figure1_ms"),
+    ],
+)
+def test_bad_ablation_and_report_values_are_refused_naming_the_key(
+    tmp_path, section, values, message
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_params(_params_with(tmp_path, **{section: values}))
+
+
+def test_integer_sweep_values_are_read_as_numbers(tmp_path) -> None:
+    p = load_params(_params_with(tmp_path, ablation={"temperatures": [1, 0.5]}))
+    assert p.ablation.temperatures == (1.0, 0.5) and all(
+        isinstance(t, float) for t in p.ablation.temperatures
+    )
+
+
+# ---------------------------------------------------------------- pure helpers
+def test_hardest_negatives_are_the_top_cosines_among_low_gold_pairs() -> None:
+    cos = [0.90, 0.80, 0.95, 0.70, 0.80, 0.10]
+    gold = [4.0, 1.0, 0.5, 0.0, 1.0, 0.2]  # pair 0 is not a negative
+    assert hardest_negatives(cos, gold, 1.0, 3) == [2, 1, 4]  # tie 0.80: lower index first
+    assert hardest_negatives(cos, gold, 0.4, 10) == [3, 5]
+    with pytest.raises(ValueError, match="shape"):
+        hardest_negatives(cos, gold[:2], 1.0, 1)
+
+
+@pytest.mark.parametrize("m", [0.1, 0.3, 0.5])
+def test_figure1_rescaled_logit_exceeds_infonce_exactly_past_one_minus_m(m: float) -> None:
+    s = np.linspace(0.0005, 0.9995, 1000)  # positive cosines, never exactly 1 - m
+    assert np.array_equal(rescaled_logit(s, m) > s, s > 1 - m)
+
+
+def test_published_rows_are_labelled_and_their_averages_match_their_tasks() -> None:
+    assert {r.backbone for r in PUBLISHED} == {
+        "bert-base-uncased",
+        "bert-large-uncased",
+        "roberta-base",
+        "roberta-large",
+    }
+    for r in PUBLISHED:
+        assert r.source and r.label and "avg" in r.scores
+        if len(r.scores) > 1:  # full rows: the average is the mean of the 7 tasks, to rounding
+            assert set(r.scores) == {*TASKS, "avg"}
+            assert np.mean([r.scores[t] for t in TASKS]) == pytest.approx(r.scores["avg"], abs=0.006)
+    bert = {(r.loss, r.scores["avg"]) for r in PUBLISHED if r.backbone == "bert-base-uncased"}
+    assert ("infonce", 76.25) in bert and ("focal_infonce", 77.32) in bert  # method.md
+
+
+# ---------------------------------------------------------------- parsing the report
+def md_tables(text: str) -> dict[str, list[list[str]]]:
+    """``**title**`` -> rows (header first) of every Markdown table; backticks dropped from titles."""
+    tables: dict[str, list[list[str]]] = {}
+    title = None
+    for line in text.splitlines():
+        m = re.fullmatch(r"\*\*(.+)\*\*", line)
+        if m:
+            title = m.group(1).replace("`", "")
+            tables[title] = []
+        elif line.startswith("|") and title is not None:
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            if not all(set(c) <= {"-"} for c in cells):
+                tables[title].append(cells)
+    return tables
+
+
+class PageParser(HTMLParser):
+    """The HTML page's tables (same shape as :func:`md_tables`) and every src/href."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tables: dict[str, list[list[str]]] = {}
+        self.refs: list[str] = []
+        self.images: list[str] = []
+        self._title: str | None = None
+        self._current = ""
+        self._row: list[str] | None = None
+        self._cell: str | None = None
+
+    def handle_starttag(self, tag, attrs) -> None:
+        a = dict(attrs)
+        self.refs += [v for k, v in attrs if k in ("src", "href") and v]
+        if tag == "img":
+            self.images.append(a.get("src", ""))
+        if tag == "div" and a.get("class") == "tabletitle":
+            self._title = ""
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag) -> None:
+        if tag == "div" and self._title is not None:
+            self._current, self._title = self._title, None
+            self.tables[self._current] = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._row.append((self._cell or "").strip())
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.tables[self._current].append(self._row)
+            self._row = None
+
+    def handle_data(self, data) -> None:
+        if self._title is not None:
+            self._title += data
+        elif self._cell is not None:
+            self._cell += data
+
+
+def _table(tables: dict[str, list[list[str]]], prefix: str) -> list[list[str]]:
+    found = [t for name, t in tables.items() if name.startswith(prefix)]
+    assert len(found) == 1, f"{prefix!r}: {list(tables)}"
+    return found[0]
+
+
+def _pm(cell: str) -> tuple[float, float]:
+    m = re.fullmatch(rf"({NUM}) ± ({NUM})", cell)
+    assert m, cell
+    return float(m.group(1)), float(m.group(2))
+
+
+def _p(cell: str) -> tuple[float, bool]:
+    m = re.fullmatch(rf"({NUM})( \*)?", cell)
+    assert m, cell
+    return float(m.group(1)), bool(m.group(2))
+
+
+def _json(path: Path):
+    return json.loads(path.read_text())
+
+
+def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -> dict:
+    """Every number of the report against the metrics files; returns the parsed tables."""
+    md = (report_dir / "report.md").read_text()
+    page = PageParser()
+    page.feed((report_dir / "index.html").read_text())
+    tables = md_tables(md)
+    assert tables == page.tables  # the page shows exactly the Markdown's tables
+
+    # self-contained page: every image inline, nothing fetched from anywhere
+    pngs = sorted((report_dir / "figures").glob("*.png"))
+    assert len(page.images) == len(pngs) == len(re.findall(r"!\[[^]]*\]\(figures/[^)]+\.png\)", md)) >= 4
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [r for r in page.refs if not r.startswith("data:")]
+    assert "http://" not in (report_dir / "index.html").read_text().replace("http://www.w3.org", "")
+
+    sw = params.sweep
+    evals = {
+        (b, loss, s): _json(metrics / "eval" / f"{run_name(b, loss, s)}.json")
+        for b in sw.backbones
+        for loss in sw.losses
+        for s in sw.seeds
+    }
+    sig = _json(metrics / "significance.json")
+    for b, entry in sig["backbones"].items():
+        # ---- Table 2: mean ± std recomputed from the per-run files; p and Δ from significance.json
+        t2 = _table(tables, f"Table 2 — {b} ")
+        keys = [COLUMN_KEYS.get(c, c) for c in t2[0][2:]]
+        assert keys == [t for t in TASKS if t in params.eval.tasks] + ["avg"]
+        rows = {r[0]: r for r in t2[1:]}
+        for loss in sw.losses:
+            row = rows[f"{LOSS_LABELS[loss]}, ours"]
+            assert int(row[1]) == len(sw.seeds)
+            for key, cell in zip(keys, row[2:]):
+                vals = [evals[(b, loss, s)][key] for s in sw.seeds]
+                mean, std = _pm(cell)
+                assert mean == pytest.approx(np.mean(vals), abs=0.0051)
+                assert std == pytest.approx(np.std(vals, ddof=1), abs=0.0051)
+        p_row = next(r for name, r in rows.items() if name.startswith("paired t-test p"))
+        d_row = next(r for name, r in rows.items() if name.startswith("Δ mean"))
+        assert int(p_row[1]) == len(entry["paired_seeds"])
+        for key, p_cell, d_cell in zip(keys, p_row[2:], d_row[2:]):
+            t = entry["ttest"][key]
+            if math.isnan(t["p_value"]):
+                assert p_cell == "n/a"
+            else:
+                p, star = _p(p_cell)
+                assert p == pytest.approx(t["p_value"], rel=6e-3) and star == t["significant"]
+            assert float(d_cell) == pytest.approx(t["mean_diff"], abs=0.0051)
+        published = [r for r in PUBLISHED if r.backbone in (b, params.backbone_source(b))]
+        shown = [r for name, r in rows.items() if name.startswith("Published:")]
+        assert len(shown) == len(published)
+        for r, row in zip(published, shown):
+            assert r.label in row[0] and r.source in row[0]
+            for key, cell in zip(keys, row[2:]):
+                assert cell == (f"{r.scores[key]:.2f}" if key in r.scores else "–")
+
+        # ---- Table 3
+        t3 = {r[0]: r for r in _table(tables, f"Table 3 — {b}")[1:]}
+        for loss in sw.losses:
+            row = t3[f"{LOSS_LABELS[loss]}, ours"]
+            for key, cell, tol in zip(
+                ("alignment", "uniformity", "STSBenchmark"),
+                row[2:],
+                ({"rel": 6e-3}, {"rel": 6e-3}, {"abs": 0.0051}),
+            ):
+                vals = [evals[(b, loss, s)][key] for s in sw.seeds]
+                mean, std = _pm(cell)
+                assert mean == pytest.approx(np.mean(vals), **tol)
+                assert std == pytest.approx(
+                    np.std(vals, ddof=1), **{**tol, "abs": 1e-12 if "rel" in tol else 0.0051}
+                )
+
+    # ---- Tables 4 and 5: one row per swept value, in params order
+    items = (
+        [_json(p) for p in sorted((metrics / "ablation").glob("*.json"))]
+        if (metrics / "ablation").is_dir()
+        else []
+    )
+    base = params.train_config(params.ablation_backbone, params.ablation.loss, params.ablation.seed)
+    for number, kind, values, default in (
+        (4, "tau", params.ablation.temperatures, base.temperature),
+        (5, "m", params.ablation.ms, base.m),
+    ):
+        rows = _table(tables, f"Table {number} — ")[1:]
+        assert len(rows) == len(values)
+        for value, row in zip(values, rows):
+            assert float(row[0].split()[0]) == pytest.approx(value)
+            assert row[0].endswith("(train default)") == math.isclose(value, default)
+            item = next((i for i in items if i["kind"] == kind and math.isclose(i["value"], value)), None)
+            if item is None:
+                assert row[1] == "not run"
+                continue
+            assert float(row[1]) == pytest.approx(item["STSBenchmark"], abs=0.0051)
+            assert float(row[2]) == pytest.approx(item["stsb_dev_best"], abs=0.0051)
+            assert int(row[3]) == item["best_step"]
+
+    # ---- hard negatives
+    hn_file = metrics / "hard_negatives.json"
+    if hn_file.is_file():
+        hn = _json(hn_file)
+        for b, entry in hn["backbones"].items():
+            t = _table(tables, f"Hardest negatives — {b}")
+            losses = [k for k in entry["mean_cos"] if k != "start"]
+            assert t[0][4:] == ["cos start"] + [f"cos {LOSS_LABELS[x]}" for x in losses]
+            assert len(t) == 1 + len(entry["pairs"]) + 1 and len(entry["pairs"]) == hn["k"]
+            for row, pair in zip(t[1:], entry["pairs"]):
+                assert row[1:3] == [pair["sentence1"], pair["sentence2"]]
+                assert (
+                    float(row[3]) == pytest.approx(pair["gold"], abs=0.0051)
+                    and pair["gold"] <= hn["max_gold"]
+                )
+                for cell, k in zip(row[4:], ["start", *losses]):
+                    assert float(cell) == pytest.approx(pair["cos"][k], abs=0.00051)
+            for cell, k in zip(t[-1][4:], ["start", *losses]):
+                assert float(cell) == pytest.approx(entry["mean_cos"][k], abs=0.00051)
+            assert f"all {entry['candidates']} candidate pairs" in t[-1][1]
+
+    # ---- provenance
+    assert f"Report built at commit `{commit}`" in md
+    experiment = (params.raw.get("tracking") or {}).get("experiment")
+    assert f"Parameter set: `{experiment}`" in md
+    assert f"seeds: {', '.join(str(s) for s in sw.seeds)}" in md
+    for b in sw.backbones:
+        assert f"`{b}` ← `{params.backbone_source(b)}`" in md
+    walls = [evals[k]["meta"]["wall_time_s"] for k in evals]
+    walls += [_json(metrics / "train" / f"{run_name(*k)}.json")["wall_seconds"] for k in evals]
+    walls += [
+        i["wall_seconds"]
+        for i in items
+        if any(
+            math.isclose(i["value"], v)
+            for v in (params.ablation.temperatures if i["kind"] == "tau" else params.ablation.ms)
+        )
+    ]
+    walls += [_json(hn_file)["wall_seconds"]] if hn_file.is_file() else []
+    m = re.search(rf"Wall time: \d+:\d\d:\d\d \(({NUM}) s\)", md)
+    assert m and float(m.group(1)) == pytest.approx(sum(walls), abs=0.051)
+    return tables
+
+
+# ---------------------------------------------------------------- synthetic metrics
+def write_synthetic_metrics(root: Path, params: Params) -> None:
+    """Per-run eval/train/curve files for the sweep, a stale run outside it, ablation items (one value
+    left out, one stale value), the hard negatives; significance.json by the real stage function."""
+    rng = np.random.default_rng(0)
+    meta = {
+        "git_commit": "0123abc",
+        "hardware": {"platform": "Linux-test", "cpu_count": 2, "torch_threads": 1, "cuda": False},
+        "versions": {"torch": "2.x"},
+    }
+
+    def dump(path: Path, data) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+
+    sw = params.sweep
+    for b in sw.backbones:
+        for loss in sw.losses:
+            for seed in [*sw.seeds, 99]:  # seed 99: a stale run the report must ignore
+                name = run_name(b, loss, seed)
+                ev = {t: float(70 + 5 * rng.random()) for t in TASKS}
+                if b == "mini":
+                    ev["STS12"] = 50.0  # identical for both losses: the t-test is undefined (n/a)
+                ev["avg"] = float(np.mean([ev[t] for t in TASKS]))
+                ev["wmean"] = {"avg": ev["avg"] - 1}
+                ev["alignment"] = float(0.2 + 0.05 * rng.random())
+                ev["uniformity"] = float(-2.5 + 0.3 * rng.random())
+                ev["meta"] = {**meta, "backbone": b, "loss": loss, "seed": seed, "wall_time_s": 10.0 + seed}
+                dump(root / "eval" / f"{name}.json", ev)
+                dump(root / "train" / f"{name}.json", {"wall_seconds": 100.5 + seed, "meta": meta})
+                dump(root / "curves/loss" / f"{name}.json", [{"step": i, "loss": 3 / i} for i in range(1, 9)])
+                dump(
+                    root / "curves/dev" / f"{name}.json",
+                    [{"step": i, "stsb_dev_spearman": 70 + i + rng.random()} for i in (0, 4, 8)],
+                )
+    run_significance(params, root / "eval", root / "significance.json")
+    for kind, values in (("tau", params.ablation.temperatures[:-1]), ("m", [*params.ablation.ms, 0.9])):
+        for v in values:
+            item = {
+                "kind": kind,
+                "value": v,
+                "STSBenchmark": float(75 + rng.random()),
+                "stsb_dev_best": float(80 + rng.random()),
+                "best_step": 8,
+                "wall_seconds": 7.25,
+                "meta": meta,
+            }
+            dump(root / "ablation" / f"{kind}-{v}.json", item)
+    pairs = [
+        {
+            "index": 7,
+            "sentence1": "a | pipe and `ticks` *stars*",
+            "sentence2": "the <b>html</b> & more",
+            "gold": 0.4,
+            "cos": {"start": 0.91234, "infonce": 0.5, "focal_infonce": 0.41},
+        },
+        {
+            "index": 3,
+            "sentence1": "this is a very unusual request .",
+            "sentence2": "i think it 's fine to ask this question .",
+            "gold": 1.0,
+            "cos": {"start": 0.64, "infonce": 0.55, "focal_infonce": 0.5},
+        },
+    ]
+    dump(
+        root / "hard_negatives.json",
+        {
+            "split": "STSBenchmark-train",
+            "max_gold": 1.0,
+            "k": 2,
+            "seed": sw.seeds[0],
+            "backbones": {
+                b: {
+                    "source": params.backbone_source(b),
+                    "start_pooler": "cls_before_pooler",
+                    "candidates": 1103,
+                    "mean_cos": {"start": 0.3, "infonce": 0.2, "focal_infonce": 0.15},
+                    "pairs": pairs,
+                }
+                for b in sw.backbones
+            },
+            "wall_seconds": 12.5,
+            "meta": meta,
+        },
+    )
+
+
+@pytest.fixture
+def synthetic(tmp_path) -> tuple[Params, Path]:
+    path = _params_with(
+        tmp_path,
+        sweep={
+            "backbones": ["bert-base-uncased", "mini"],
+            "losses": ["infonce", "focal_infonce"],
+            "seeds": [1, 2, 3],
+        },
+        ablation={"temperatures": [0.03, 0.05, 0.07], "ms": [0.2, 0.3], "max_steps": 5},
+        report={"hard_negatives": 2},
+        tracking={"experiment": "synthetic"},
+    )
+    raw = yaml.safe_load(path.read_text())
+    raw["backbone_overrides"] = {"mini": {"source": "example-org/mini"}}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    params = load_params(path)
+    write_synthetic_metrics(tmp_path / "metrics", params)
+    return params, tmp_path
+
+
+def test_report_from_synthetic_metrics_shows_exactly_their_numbers(synthetic) -> None:
+    params, root = synthetic
+    paths = build_report(params, ReportInputs.under(root / "metrics"), root / "reports", commit="cafe123")
+    assert paths["markdown"] == root / "reports/report.md" and paths["html"].is_file()
+    assert {p.name for p in (root / "reports/figures").glob("*.png")} == {
+        "figure1.png",
+        "alignment_uniformity.png",
+        "ablation.png",
+        "curves_bert-base-uncased.png",
+        "curves_mini.png",
+    }
+    tables = check_report(root / "reports", root / "metrics", params, "cafe123")
+    # published rows only where they exist (3 for bert-base-uncased), and the p of a tie is n/a
+    t2 = _table(tables, "Table 2 — bert-base-uncased ")
+    assert sum(r[0].startswith("Published:") for r in t2) == 3
+    assert not any(r[0].startswith("Published:") for r in _table(tables, "Table 2 — mini "))
+    p_row = next(r for r in _table(tables, "Table 2 — mini ") if r[0].startswith("paired t-test p"))
+    assert p_row[2] == "n/a"  # STS12
+    # the left-out tau is shown as not run, the stale m = 0.9 is not shown
+    assert _table(tables, "Table 4 — ")[-1][1] == "not run"
+    assert [r[0] for r in _table(tables, "Table 5 — ")[1:]] == ["0.2", "0.3 (train default)"]
+    html_text = (root / "reports/index.html").read_text()
+    assert "the &lt;b&gt;html&lt;/b&gt; &amp; more" in html_text  # sentences are escaped, not markup
+    md = (root / "reports/report.md").read_text()
+    assert "seed 99" not in md and "0123abc" in md
+
+
+def test_a_failed_build_keeps_the_previous_report(synthetic) -> None:
+    params, root = synthetic
+    build_report(params, ReportInputs.under(root / "metrics"), root / "reports", commit="c1")
+    before = (root / "reports/report.md").read_text()
+    (root / "metrics/significance.json").write_text("{not json")
+    with pytest.raises(json.JSONDecodeError):
+        build_report(params, ReportInputs.under(root / "metrics"), root / "reports", commit="c2")
+    assert (root / "reports/report.md").read_text() == before
+    assert [p.name for p in root.iterdir() if p.name.startswith(".reports")] == []
+
+
+# ---------------------------------------------------------------- a tiny dvc repro
+@pytest.fixture(scope="module")
+def tiny_run(tiny_repro: Path) -> Path:
+    return tiny_repro  # the shared tiny `dvc repro` (conftest); read-only here
+
+
+def _git_head(dest: Path) -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=dest, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@pytest.mark.slow
+def test_dvc_repro_builds_a_report_matching_the_tiny_runs_metrics(tiny_run: Path) -> None:
+    params = load_params(tiny_run / "params.yaml")
+    tables = check_report(tiny_run / "reports", tiny_run / "metrics", params, _git_head(tiny_run))
+    assert len(_table(tables, "Table 4 — ")) == 1 + 2 and len(_table(tables, "Table 5 — ")) == 1 + 2
+    assert "Published:" not in (tiny_run / "reports/report.md").read_text()  # a tiny random BERT
+    # every ablation item trained what params say, and kept no model
+    for kind, values in (("tau", [0.05, 0.1]), ("m", [0.2, 0.3])):
+        for v in values:
+            item = _json(tiny_run / "metrics/ablation" / f"{kind}-{v}.json")
+            cfg = item["meta"]["train_config"]
+            assert (item["kind"], item["value"], item["steps"], cfg["max_steps"]) == (kind, v, 3, 3)
+            assert (cfg["temperature"], cfg["m"]) == ((v, 0.3) if kind == "tau" else (0.05, v))
+            assert cfg["loss"] == "focal_infonce" and cfg["seed"] == 1 and item["backbone"] == "tiny"
+    assert sorted(p.name for p in (tiny_run / "models/tiny").iterdir()) == ["focal_infonce", "infonce"]
+
+
+@pytest.mark.slow
+def test_hard_negatives_match_an_independent_cls_computation(tiny_run: Path) -> None:
+    """Recompute the [CLS] cosines with plain transformers (not focalcse's encode) and check the
+    stage picked the top pairs among STS-B train pairs with gold <= max_gold."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModel, AutoTokenizer
+
+    params = load_params(tiny_run / "params.yaml")
+    hn = _json(tiny_run / "metrics/hard_negatives.json")["backbones"]["tiny"]
+    csv = Path(params.data.mirror) / "senteval/downstream/STS/STSBenchmark/sts-train.csv"
+    rows = [line.split("\t") for line in csv.read_text(encoding="utf-8").splitlines() if line.strip()]
+    gold = [float(r[4]) for r in rows]
+    cand = [i for i, g in enumerate(gold) if g <= params.report.hard_negative_max_gold]
+    assert hn["candidates"] == len(cand)
+
+    def cls_cos(folder: str, idx: list[int]) -> np.ndarray:
+        tok, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
+        out = []
+        with torch.inference_mode():
+            for i in idx:
+                a, b = (tok(" ".join(s.split()), return_tensors="pt") for s in (rows[i][5], rows[i][6]))
+                va, vb = model(**a).last_hidden_state[:, 0], model(**b).last_hidden_state[:, 0]
+                out.append(F.cosine_similarity(va, vb).item())
+        return np.asarray(out)
+
+    start = cls_cos(hn["source"], cand)  # (candidates,)
+    chosen = [p["index"] for p in hn["pairs"]]
+    assert len(chosen) == params.report.hard_negatives and all(gold[i] <= hn_max(params) for i in chosen)
+    assert [p["cos"]["start"] for p in hn["pairs"]] == pytest.approx(
+        start[[cand.index(i) for i in chosen]], abs=1e-4
+    )
+    # the chosen pairs are the top k (up to float noise between batched and one-by-one encoding)
+    kth = np.sort(start)[-params.report.hard_negatives]
+    assert min(p["cos"]["start"] for p in hn["pairs"]) >= kth - 1e-5
+    after = cls_cos(str(tiny_run / hn["models"]["focal_infonce"]), chosen)  # relative to the project
+    assert [p["cos"]["focal_infonce"] for p in hn["pairs"]] == pytest.approx(after, abs=1e-4)
+    assert [(p["sentence1"], p["sentence2"]) for p in hn["pairs"]] == [
+        (" ".join(rows[i][5].split()), " ".join(rows[i][6].split())) for i in chosen
+    ]
+
+
+def hn_max(params: Params) -> float:
+    return params.report.hard_negative_max_gold
