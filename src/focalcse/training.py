@@ -24,7 +24,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from focalcse.config import TrainConfig
+from focalcse.distributed import DistributedContext
 from focalcse.evaluation import autocast_context
+from focalcse.gradcache import two_view_loss
 from focalcse.losses import build_loss
 from focalcse.model import SentenceEncoder
 
@@ -109,6 +111,7 @@ def train(
     progress: bool = True,
     work_dir: str | os.PathLike | None = None,
     resume: bool = True,
+    parallel: DistributedContext | None = None,
 ) -> TrainResult:
     """Train ``encoder`` on ``corpus`` and leave the best-on-dev model in ``output_dir``.
 
@@ -130,14 +133,21 @@ def train(
         resume: continue from the last checkpoint in ``work_dir`` when it was written by a run with the
             same config and corpus size (model, optimizer, scheduler, RNG states, data position and
             best-so-far are restored, so the result equals an uninterrupted run).
+        parallel: this process's place in a ``torchrun`` job (:func:`focalcse.distributed.init_distributed`);
+            ``cfg.batch_size`` is then the global batch, split over the ranks, and the loss uses the
+            global batch's negatives. Only rank 0 evaluates, saves, checkpoints and logs. None: one process.
     """
     output_dir = Path(output_dir)
     work = Path(work_dir) if work_dir is not None else output_dir.parent / f".{output_dir.name}.work"
     best_dir = work / "best"
-    torch.manual_seed(cfg.seed)
+    parallel = parallel or DistributedContext()
+    if not parallel.is_main:  # rank 0 alone evaluates, saves, logs and shows progress
+        dev_evaluator, log_metrics, progress = None, _no_log, False
+    torch.manual_seed(parallel.rank_seed(cfg.seed))  # rank 0 keeps cfg.seed
     device = torch.device(cfg.device)
     encoder.to(device)
-    loss_fn = build_loss(cfg.loss, cfg.temperature, cfg.m)
+    model = parallel.wrap_model(encoder)  # DDP under torchrun; `encoder` is evaluated and saved
+    loss_fn = parallel.wrap_loss(build_loss(cfg.loss, cfg.temperature, cfg.m))
     ids_column = corpus["input_ids"] if not isinstance(corpus, list) else corpus
     n = len(ids_column)
     batches = batch_order(n, cfg.batch_size, cfg.epochs, cfg.seed)
@@ -148,6 +158,7 @@ def train(
                 f"{len(batches)} batches of {cfg.batch_size}"
             )
         batches = batches[: cfg.max_steps]
+    batches = parallel.usable_batches(batches)  # all ranks: same global batches, same step count
     total = len(batches)
     if total == 0:
         raise ValueError(f"no training batch: {n} sentences with batch_size {cfg.batch_size}")
@@ -163,7 +174,10 @@ def train(
         sentences_per_second=0.0,
         peak_memory_mb=0.0,
     )
-    ckpt = Checkpointer(work / "last", fingerprint={"config": asdict(cfg), "sentences": n, "steps": total})
+    fingerprint = {"config": asdict(cfg), "sentences": n, "steps": total}
+    if parallel.distributed:  # the sharding depends on it: resume only with the same number of ranks
+        fingerprint["world_size"] = parallel.world_size
+    ckpt = Checkpointer(work / "last", fingerprint=fingerprint)
     ckpt_every = cfg.checkpoint_steps or cfg.eval_steps
     start_step = ckpt.load(encoder, optimizer, scheduler, result) if resume else 0
     if start_step and progress:
@@ -191,15 +205,14 @@ def train(
     )
     for step, idx in enumerate(batches[start_step:], start=start_step + 1):
         t0 = time.perf_counter()
-        ids, mask = _collate([ids_column[i] for i in idx], pad_id)
+        ids, mask = _collate([ids_column[i] for i in parallel.shard(idx)], pad_id)  # this rank's part
         ids2, mask2 = (
             torch.cat([ids, ids]).to(device),
             torch.cat([mask, mask]).to(device),
         )  # (2N, L): two views
         with autocast_context(device, cfg.precision):
-            z = encoder(input_ids=ids2, attention_mask=mask2)  # (2N, d)
-            z1, z2 = z[: len(idx)], z[len(idx) :]  # (N, d) each
-            loss = loss_fn(z1.float(), z2.float())
+            # forward (2N, L) -> (2N, d), loss of view 1 vs view 2; in chunks with GradCache
+            loss = two_view_loss(model, loss_fn, ids2, mask2, cfg.grad_cache_chunk)
         if not torch.isfinite(loss):
             bar.close()
             raise NonFiniteLossError(
@@ -223,14 +236,16 @@ def train(
         if dev_evaluator is not None and (step % cfg.eval_steps == 0 or step == total):
             evaluate(step)
             encoder.train()
-        if step % ckpt_every == 0 and step < total:
+        if step % ckpt_every == 0 and step < total and parallel.is_main:
             ckpt.save(step, encoder, optimizer, scheduler, result)
     bar.close()
-    if dev_evaluator is None:
-        result.best_step = total
-        encoder.save(best_dir, extra=_extra(save_extra, total, None))
-    _publish(best_dir, output_dir)
-    shutil.rmtree(work, ignore_errors=True)
+    if parallel.is_main:
+        if dev_evaluator is None:
+            result.best_step = total
+            encoder.save(best_dir, extra=_extra(save_extra, total, None))
+        _publish(best_dir, output_dir)
+        shutil.rmtree(work, ignore_errors=True)
+    parallel.barrier()  # the other ranks return once the model is in place
     t = result.train_seconds
     result.sentences_per_second = result.sentences_seen / t if t > 0 else 0.0
     result.peak_memory_mb = _peak_memory_mb(device)

@@ -1,0 +1,218 @@
+"""GPU check: a short paper-setting Focal-InfoNCE run; prints throughput and peak memory.
+
+The paper's BERT-base setting: batch 64, max_len 32, AdamW lr 3e-5 with linear decay, Focal-InfoNCE
+(tau 0.05, m 0.3), here with bf16 autocast. The model is BERT-base-shaped (hidden 768, 12 layers,
+12 heads, vocabulary 30522) and randomly initialised from a config, so no hub access is needed;
+``--backbone`` loads real weights instead (a hub id in the HF cache or a local folder). Sentences are
+random token ids of full length (wiki1m sentences almost all reach 32 tokens): throughput and memory
+do not depend on the words.
+
+On CUDA it first checks GradCache on the device (``--verify-gradcache``, on by default there): one
+fp32 step with dropout, plain autograd over the chunks vs the cached re-forward; this exercises the
+CUDA RNG replay that the CPU tests cannot reach.
+
+    python benchmarks/gpu_check.py                          # 300 steps on cuda
+    python benchmarks/gpu_check.py --steps 3 --device cpu   # smoke test (slow)
+    python benchmarks/gpu_check.py --batch-size 512 --grad-cache-chunk 64   # GradCache memory
+    torchrun --nproc_per_node=4 benchmarks/gpu_check.py     # DDP, global batch 64 over 4 GPUs
+
+Prints one JSON line at the end (also written to ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+
+import torch
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=10, help="untimed first steps (at most steps // 3)")
+    p.add_argument("--batch-size", type=int, default=64, help="global batch (sentences)")
+    p.add_argument("--max-len", type=int, default=32)
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
+    p.add_argument("--loss", choices=["infonce", "focal_infonce"], default="focal_infonce")
+    p.add_argument("--temperature", type=float, default=0.05)
+    p.add_argument("--m", type=float, default=0.3)
+    p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--grad-cache-chunk", type=int, default=0, help="sequences per forward; 0 = plain")
+    p.add_argument("--backbone", default="", help="hub id or folder; default: BERT-base shape from config")
+    p.add_argument("--hidden", type=int, default=768)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--verify-gradcache", action=argparse.BooleanOptionalAction, default=None, help="default: on for cuda"
+    )
+    p.add_argument("--json", default="", help="write the result here too")
+    return p.parse_args(argv)
+
+
+def build_encoder(args: argparse.Namespace):
+    from focalcse.model import SentenceEncoder
+
+    if args.backbone:
+        return SentenceEncoder.from_pretrained(
+            args.backbone, pooler="cls", mlp_only_train=True, max_seq_len=args.max_len, seed=args.seed
+        )
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(
+        "bert",
+        vocab_size=30522,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.hidden,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(args.seed)
+    return SentenceEncoder.from_config(
+        config, None, pooler="cls", mlp_only_train=True, max_seq_len=args.max_len
+    )
+
+
+def verify_gradcache(encoder, device: torch.device, vocab: int) -> float:
+    """Max |grad difference| / max |grad| between plain autograd and GradCache (fp32, dropout on)."""
+    from focalcse.gradcache import _chunks, cached_contrastive_loss
+    from focalcse.losses import FocalInfoNCE
+
+    n, chunk = 16, 8
+    loss_fn = FocalInfoNCE(0.05, 0.3)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, vocab, (n, 32), generator=gen)
+    ids2, mask2 = torch.cat([ids, ids]).to(device), torch.ones(2 * n, 32, dtype=torch.long, device=device)
+    encoder.train()
+
+    def grads() -> dict[str, torch.Tensor]:
+        out = {k: p.grad.detach().clone() for k, p in encoder.named_parameters() if p.grad is not None}
+        encoder.zero_grad(set_to_none=True)
+        return out
+
+    encoder.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    z = torch.cat([encoder(input_ids=ids2[s], attention_mask=mask2[s]) for s in _chunks(2 * n, chunk)])
+    loss_fn(z[:n], z[n:]).backward()
+    ref = grads()
+    torch.manual_seed(7)
+    cached_contrastive_loss(encoder, loss_fn, ids2, mask2, chunk).backward()
+    got = grads()
+    scale = max(g.abs().max().item() for g in ref.values())
+    return max((got[k] - ref[k]).abs().max().item() for k in ref) / scale
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource  # CPU: peak resident set of the process (Linux: KiB)
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from focalcse.distributed import cleanup, init_distributed
+    from focalcse.evaluation import autocast_context
+    from focalcse.gradcache import two_view_loss
+    from focalcse.losses import build_loss
+
+    ctx = init_distributed()
+    if ctx.distributed:
+        device = ctx.device
+    elif args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if args.batch_size < 2 * ctx.world_size:
+        sys.exit(f"--batch-size {args.batch_size} must give every one of {ctx.world_size} ranks 2 sentences")
+
+    encoder = build_encoder(args).to(device)
+    vocab = encoder.backbone.config.vocab_size
+    verify = args.verify_gradcache if args.verify_gradcache is not None else device.type == "cuda"
+    gradcache_error = verify_gradcache(encoder, device, vocab) if verify and not ctx.distributed else None
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    torch.manual_seed(ctx.rank_seed(args.seed))
+    model = ctx.wrap_model(encoder)
+    loss_fn = ctx.wrap_loss(build_loss(args.loss, args.temperature, args.m)).to(device)
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=args.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / args.steps))
+    (local,) = ctx.shard_batches([list(range(args.batch_size))])
+    data_gen = torch.Generator().manual_seed(args.seed)  # same global batches on every rank
+    warmup = min(args.warmup, args.steps // 3)
+    losses: list[float] = []
+    encoder.train()
+    t0 = time.perf_counter()
+    for step in range(args.steps):
+        if step == warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+        ids = torch.randint(1000, vocab, (args.batch_size, args.max_len), generator=data_gen)[local]
+        ids2 = torch.cat([ids, ids]).to(device, non_blocking=True)  # (2n, L): two views
+        mask2 = torch.ones_like(ids2)
+        with autocast_context(device, args.precision):
+            loss = two_view_loss(model, loss_fn, ids2, mask2, args.grad_cache_chunk)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        losses.append(float(loss.detach()))  # a sync per step, as the training loop's logging does
+        if not math.isfinite(losses[-1]):
+            print(f"non-finite loss {losses[-1]} at step {step + 1}", file=sys.stderr)
+            cleanup()
+            return 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    timed = args.steps - warmup
+    result = {
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
+        "world_size": ctx.world_size,
+        "torch": torch.__version__,
+        "model": args.backbone or f"bert config hidden {args.hidden} x {args.layers} layers",
+        "parameters_m": round(sum(p.numel() for p in encoder.parameters()) / 1e6, 1),
+        "loss": args.loss,
+        "precision": args.precision,
+        "batch_size": args.batch_size,
+        "max_len": args.max_len,
+        "grad_cache_chunk": args.grad_cache_chunk,
+        "steps": args.steps,
+        "timed_steps": timed,
+        "seconds": round(seconds, 3),
+        "sentences_per_second": round(timed * args.batch_size / seconds, 1) if seconds > 0 else None,
+        "peak_memory_mb_rank0": round(peak_memory_mb(device), 1),
+        "peak_memory_kind": "torch.cuda.max_memory_allocated" if device.type == "cuda" else "ru_maxrss",
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "gradcache_max_rel_grad_diff": gradcache_error,
+    }
+    if ctx.is_main:
+        line = json.dumps(result)
+        print(line)
+        if args.json:
+            with open(args.json, "w") as f:
+                f.write(line + "\n")
+    cleanup()
+    if gradcache_error is not None and gradcache_error > 1e-4:
+        print(f"GradCache check failed: relative gradient difference {gradcache_error:.2e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
