@@ -37,3 +37,25 @@ lint: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# ---- tracking and orchestration (MLflow UI, Prefect server / deployments) ----
+MLFLOW_PORT ?= 5000
+PREFECT_PORT ?= 4200
+PREFECT_API ?= http://127.0.0.1:$(PREFECT_PORT)/api
+# `make serve SERVE_ARGS='--cron "0 3 * * *" --param-set paper'`; `make flow` triggers a reproduce run
+# now, parameters as JSON: make flow FLOW_PARAMS='{"concurrency": 4}' FLOW_ARGS=--watch
+FLOW_PARAMS ?= {}
+.PHONY: mlflow-ui prefect-server serve flow
+
+mlflow-ui: $(STAMP)
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow server --backend-store-uri sqlite:///mlflow.db \
+	  --artifacts-destination ./mlartifacts --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1
+
+prefect-server: $(STAMP)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+
+serve: $(STAMP)
+	PREFECT_API_URL=$(PREFECT_API) $(PY) -m pipelines.serve $(SERVE_ARGS)
+
+flow: $(STAMP)
+	PREFECT_API_URL=$(PREFECT_API) $(VENV)/bin/prefect deployment run reproduce/reproduce --params '$(FLOW_PARAMS)' $(FLOW_ARGS)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from focalcse.config import ConfigError, Params, load_params
+from focalcse.orchestration import EX_TEMPFAIL
 
 PARAMS_FILE = os.environ.get("FOCALCSE_PARAMS", "params.yaml")
 
@@ -40,3 +43,16 @@ def matrix_args(description: str) -> argparse.Namespace:
     parser.add_argument("loss")
     parser.add_argument("seed", type=int)
     return parser.parse_args()
+
+
+@contextmanager
+def transient_exit() -> Iterator[None]:
+    """Exit with EX_TEMPFAIL (75) when the tracking server is unreachable: the Prefect flow retries
+    that exit status only (focalcse.orchestration.classify_failure)."""
+    from focalcse.tracking import TrackingUnavailableError
+
+    try:
+        yield
+    except TrackingUnavailableError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EX_TEMPFAIL)

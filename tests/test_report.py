@@ -42,7 +42,7 @@ def _params_with(tmp_path: Path, **sections: dict) -> Path:
 
 
 def test_real_params_files_have_the_ablation_and_report_sections() -> None:
-    for name, steps in (("params.yaml", 32), ("params/paper.yaml", 0)):
+    for name, steps in (("params.yaml", 24), ("params/paper.yaml", 0)):
         p = load_params(REPO / name)
         assert p.ablation.temperatures == (0.03, 0.05, 0.07, 0.1)  # the paper's Table 4
         assert p.ablation.ms == (0.1, 0.2, 0.3, 0.4, 0.5)

@@ -1,0 +1,213 @@
+"""The flows' planning and failure classification (pure functions; no DVC or Prefect run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from focalcse.orchestration import (
+    DETERMINISTIC,
+    EX_TEMPFAIL,
+    TRANSIENT,
+    ablation_experiments,
+    classify_failure,
+    exp_run_args,
+    matrix_items,
+    parse_dot,
+    plan_stages,
+    select_param_set,
+    topological_order,
+)
+
+DOT = """strict digraph {
+"sample";
+"prepare_sts";
+"train@tiny-infonce-1";
+"train@tiny-infonce-2";
+"evaluate@tiny-infonce-1";
+"evaluate@tiny-infonce-2";
+"significance";
+"ablate_tau@0.05";
+"sample" -> "train@tiny-infonce-1";
+"sample" -> "train@tiny-infonce-2";
+"prepare_sts" -> "train@tiny-infonce-1";
+"prepare_sts" -> "train@tiny-infonce-2";
+"prepare_sts" -> "evaluate@tiny-infonce-1";
+"train@tiny-infonce-1" -> "evaluate@tiny-infonce-1";
+"train@tiny-infonce-2" -> "evaluate@tiny-infonce-2";
+"evaluate@tiny-infonce-1" -> "significance";
+"evaluate@tiny-infonce-2" -> "significance";
+"sample" -> "ablate_tau@0.05";
+}
+"""
+
+DVC_YAML = {
+    "stages": {
+        "sample": {"cmd": "python stages/sample.py"},
+        "train": {
+            "matrix": {"backbone": "${sweep.backbones}", "loss": "${sweep.losses}", "seed": "${sweep.seeds}"},
+            "cmd": "x",
+        },
+        "ablate_tau": {"matrix": {"temperature": "${ablation.temperatures}"}, "cmd": "x"},
+        "odd": {"matrix": {"flag": [True, False], "cfg": [{"a": 1}], "n": [0.1]}, "cmd": "x"},
+        "unresolved": {"matrix": {"x": "${nowhere.values}"}, "cmd": "x"},
+    }
+}
+PARAMS = {
+    "sweep": {"backbones": ["all-MiniLM-L6-v2", "tiny"], "losses": ["infonce"], "seeds": [1, 2]},
+    "ablation": {"temperatures": [0.05, 0.1]},
+}
+
+
+def test_parse_dot_gives_a_topological_order_and_edges() -> None:
+    g = parse_dot(DOT)
+    assert set(g.stages) == {
+        "sample",
+        "prepare_sts",
+        "train@tiny-infonce-1",
+        "train@tiny-infonce-2",
+        "evaluate@tiny-infonce-1",
+        "evaluate@tiny-infonce-2",
+        "significance",
+        "ablate_tau@0.05",
+    }
+    pos = {s: i for i, s in enumerate(g.stages)}
+    for stage, ups in g.upstream.items():
+        assert all(pos[u] < pos[stage] for u in ups)
+    assert g.upstream["evaluate@tiny-infonce-1"] == {"prepare_sts", "train@tiny-infonce-1"}
+    assert g.ancestors("significance") >= {"sample", "prepare_sts", "train@tiny-infonce-2"}
+    assert g.stages[:2] == ["sample", "prepare_sts"]  # DVC's listing order among ready stages
+
+
+def test_topological_order_refuses_a_cycle() -> None:
+    with pytest.raises(ValueError, match="cycle"):
+        topological_order(["a", "b"], {"a": {"b"}, "b": {"a"}})
+
+
+def test_matrix_items_are_named_as_dvc_names_them() -> None:
+    items = matrix_items(DVC_YAML, PARAMS)
+    assert items["train@all-MiniLM-L6-v2-infonce-2"] == {
+        "backbone": "all-MiniLM-L6-v2",
+        "loss": "infonce",
+        "seed": 2,
+    }
+    assert items["ablate_tau@0.1"] == {"temperature": 0.1}
+    assert "odd@true-cfg0-0.1" in items and "odd@false-cfg0-0.1" in items
+    assert not any(k.startswith("unresolved@") for k in items)
+    assert len([k for k in items if k.startswith("train@")]) == 4
+
+
+def test_plan_filters_items_and_leaves_out_what_depends_on_them() -> None:
+    g = parse_dot(DOT)
+    items = {
+        "train@tiny-infonce-1": {"backbone": "tiny", "loss": "infonce", "seed": 1},
+        "train@tiny-infonce-2": {"backbone": "tiny", "loss": "infonce", "seed": 2},
+        "evaluate@tiny-infonce-1": {"backbone": "tiny", "loss": "infonce", "seed": 1},
+        "evaluate@tiny-infonce-2": {"backbone": "tiny", "loss": "infonce", "seed": 2},
+    }
+    plan = plan_stages(g, items, seeds=[1])
+    assert "train@tiny-infonce-2" not in plan.stages and "evaluate@tiny-infonce-2" not in plan.stages
+    assert "significance" not in plan.stages and "depends on left-out" in plan.skipped["significance"]
+    assert "evaluate@tiny-infonce-1" in plan.stages and "ablate_tau@0.05" in plan.stages
+    assert plan.upstream["evaluate@tiny-infonce-1"] == {"prepare_sts", "train@tiny-infonce-1"}
+
+
+def test_plan_selects_stages_with_their_ancestors() -> None:
+    g = parse_dot(DOT)
+    plan = plan_stages(g, stages=["ablate_tau"])
+    assert plan.stages == ["sample", "ablate_tau@0.05"]
+    plan = plan_stages(g, stages=["evaluate"], with_ancestors=False)
+    assert plan.stages == ["evaluate@tiny-infonce-1", "evaluate@tiny-infonce-2"]
+    assert plan.upstream["evaluate@tiny-infonce-1"] == set()
+    with pytest.raises(ValueError, match="no DVC stage named"):
+        plan_stages(g, stages=["ablate_lr"])
+
+
+@pytest.mark.parametrize(
+    ("code", "output", "kind"),
+    [
+        (
+            255,
+            f"ERROR: failed to reproduce 'train@x': failed to run: python stages/train.py, exited with {EX_TEMPFAIL}",
+            TRANSIENT,
+        ),
+        (255, "ERROR: failed to reproduce 'train@x': failed to run: python s.py, exited with -9", TRANSIENT),
+        (137, "", TRANSIENT),
+        (255, "ERROR: Unable to acquire lock. Most likely another DVC process is running", TRANSIENT),
+        (1, "requests.exceptions.ConnectionError: ... Connection refused", TRANSIENT),
+        (1, "sqlite3.OperationalError: database is locked", TRANSIENT),
+        (
+            255,
+            "error: params train.lr = -1: expected a number > 0\nERROR: failed ... exited with 1",
+            DETERMINISTIC,
+        ),
+        (
+            255,
+            "Traceback (most recent call last):\nValueError: train.max_steps=9 but ...\nexited with 1",
+            DETERMINISTIC,
+        ),
+        (
+            255,
+            "ConnectionError: retrying\nTraceback:\nfocalcse.training.NonFiniteLossError: loss is nan\nexited with 1",
+            DETERMINISTIC,
+        ),
+        (2, "ERROR: unrecognized arguments: --bogus", DETERMINISTIC),
+        (1, "something unexpected", DETERMINISTIC),
+    ],
+)
+def test_classify_failure(code: int, output: str, kind: str) -> None:
+    assert classify_failure(code, output) == kind
+
+
+def test_experiment_arguments() -> None:
+    exps = ablation_experiments([0.05, 0.1], [0.3])
+    assert exps == [
+        ("tau-0.05", {"train.temperature": 0.05}),
+        ("tau-0.1", {"train.temperature": 0.1}),
+        ("m-0.3", {"train.m": 0.3}),
+    ]
+    assert exp_run_args({"train.temperature": 0.05, "train.mlp_only_train": True}, "tau-0.05") == [
+        "exp",
+        "run",
+        "--queue",
+        "--name",
+        "tau-0.05",
+        "-S",
+        "train.temperature=0.05",
+        "-S",
+        "train.mlp_only_train=true",
+    ]
+
+
+def test_select_param_set(tmp_path) -> None:
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params.yaml").write_text((repo / "params.yaml").read_text())
+    (tmp_path / "params" / "paper.yaml").write_text((repo / "params" / "paper.yaml").read_text())
+    current = select_param_set(tmp_path, None)
+    assert select_param_set(tmp_path, current) == current
+    assert (tmp_path / "params.yaml").read_text() == (repo / "params.yaml").read_text()
+    with pytest.raises(ValueError, match="available"):
+        select_param_set(tmp_path, "nope")
+    assert select_param_set(tmp_path, "paper") == "paper"
+    assert (tmp_path / "params.yaml").read_text() == (repo / "params" / "paper.yaml").read_text()
+
+
+def test_queue_status_is_parsed_per_experiment() -> None:
+    from focalcse.orchestration import parse_queue_status
+
+    text = (
+        "Task     Name                  Created    Status\n"
+        "c11975a  tau-0.07-1129-142226  02:22 PM   Failed\n"
+        "fedae0e  m-0.4-1129-142226     02:22 PM   Success\n"
+        "\nWorker status: 0 active, 0 idle\n"
+    )
+    assert parse_queue_status(text) == {"tau-0.07-1129-142226": "Failed", "m-0.4-1129-142226": "Success"}
+    assert parse_queue_status("") == {}
+
+
+def test_graph_knows_matrix_stages_by_their_base_name() -> None:
+    g = parse_dot(DOT)
+    assert g.has("train") and g.has("train@tiny-infonce-1") and g.has("significance")
+    assert not g.has("ablate_m") and not g.has("tiny")
