@@ -46,6 +46,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -864,7 +865,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     report: dict[str, Any] = {
         "preset": args.preset,
-        "command": " ".join(["python", "benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": shlex.join(
+            ["python", "benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "config": {k: v for k, v in vars(args).items() if k not in ("out_json", "out_md")},
         "machine": machine_info(),
         "load_start": load_average(),

@@ -211,3 +211,13 @@ def test_graph_knows_matrix_stages_by_their_base_name() -> None:
     g = parse_dot(DOT)
     assert g.has("train") and g.has("train@tiny-infonce-1") and g.has("significance")
     assert not g.has("ablate_m") and not g.has("tiny")
+
+
+def test_progress_bar_refreshes_are_recognised() -> None:
+    from focalcse.orchestration import is_progress_line
+
+    assert is_progress_line("train infonce seed 1:  17%|█▋        | 1/6 [00:00<00:00, 24.54it/s, loss=3.76]")
+    assert is_progress_line("tokenise: 100%|██████████| 192/192 [00:00<00:00, 5369.21 examples/s]")
+    assert is_progress_line("Loading weights:   0%|          | 0/39 [00:00<?, ?it/s]")
+    assert not is_progress_line("error: loss is nan at step 2 (loss=infonce, lr=1e+30)")
+    assert not is_progress_line("ValueError: 50%|x| of the batch is empty")

@@ -38,6 +38,7 @@ TINY_PARAMS: dict[str, Any] = {
     "eval": {
         "tasks": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
         "batch_size": 256,
+        "precision": "fp32",  # pinned: the tiny runs must not follow params.yaml's CPU-speed choice
     },
     "sweep": {"backbones": ["tiny"], "losses": ["infonce", "focal_infonce"], "seeds": [1, 2]},
     "ablation": {"temperatures": [0.05, 0.1], "ms": [0.2, 0.3], "max_steps": 3},

@@ -23,6 +23,7 @@ Failures are classified so that only transient ones are retried (:func:`classify
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import subprocess
@@ -185,11 +186,10 @@ def dvc_command() -> list[str]:
 
 def stage_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for DVC and its stage commands: this venv first on PATH (stages call ``python``),
-    no analytics, progress bars off (their carriage returns make unreadable log lines)."""
+    no analytics."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("DVC_NO_ANALYTICS", "1")
-    env.setdefault("TQDM_DISABLE", "1")
     env.update(extra or {})
     return env
 
@@ -346,22 +346,35 @@ def _action(stage: str, output: str, returncode: int) -> str:
     return "skipped"
 
 
+_PROGRESS_RE = re.compile(r"\d+%\|.*\|.*(?:it/s|s/it|\?it|examples/s)")
+
+
+def is_progress_line(line: str) -> bool:
+    """A tqdm progress-bar refresh (``train ...:  17%|█▋   | 1/6 [00:00<00:00, 24.5it/s]``)."""
+    return bool(_PROGRESS_RE.search(line))
+
+
 def run_dvc_stage(
     repo: str | os.PathLike,
     stage: str,
     force: bool = False,
     on_line: Callable[[str], None] | None = None,
     env: dict[str, str] | None = None,
+    progress_every_s: float = 30.0,
 ) -> StageResult:
     """``dvc repro --single-item <stage>`` in ``repo``, streaming output lines to ``on_line``.
 
-    Upstream stages are not checked (the caller runs them first, in topological order).
+    Upstream stages are not checked (the caller runs them first, in topological order). Progress-bar
+    refreshes (tqdm redraws with a carriage return; they arrive here as lines) are passed on at most
+    once per ``progress_every_s`` and kept out of the captured output, so that logs and error tails
+    stay readable.
     """
     cmd = [*dvc_command(), "--wait-for-lock", "repro", "--single-item", stage]
     if force:
         cmd.append("--force")
     start = time.perf_counter()
     lines: list[str] = []
+    last_progress = -math.inf
     with subprocess.Popen(
         cmd,
         cwd=repo,
@@ -375,8 +388,14 @@ def run_dvc_stage(
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip("\n")
-            lines.append(line)
-            if on_line is not None:
+            if is_progress_line(line):
+                now = time.monotonic()
+                if now - last_progress < progress_every_s and "100%|" not in line:
+                    continue
+                last_progress = now
+            else:
+                lines.append(line)
+            if on_line is not None and line.strip():
                 on_line(line)
         returncode = proc.wait()
     output = "\n".join(lines)
