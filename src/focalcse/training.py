@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from focalcse.config import TrainConfig
 from focalcse.distributed import DistributedContext
-from focalcse.evaluation import autocast_context
+from focalcse.evaluation import autocast_context, pad_batch
 from focalcse.gradcache import two_view_loss
 from focalcse.losses import build_loss
 from focalcse.model import SentenceEncoder
@@ -74,16 +74,6 @@ def tokenize_corpus(path: str | os.PathLike, tokenizer: Any, max_seq_len: int, n
         return {"input_ids": tokenizer(batch["text"], truncation=True, max_length=max_seq_len)["input_ids"]}
 
     return ds.map(tok, batched=True, remove_columns=["text"], desc="tokenise", num_proc=num_proc)
-
-
-def _collate(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (N, L)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (N, L)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return ids, mask
 
 
 def batch_order(n: int, batch_size: int, epochs: int, seed: int) -> list[list[int]]:
@@ -205,7 +195,7 @@ def train(
     )
     for step, idx in enumerate(batches[start_step:], start=start_step + 1):
         t0 = time.perf_counter()
-        ids, mask = _collate([ids_column[i] for i in parallel.shard(idx)], pad_id)  # this rank's part
+        ids, mask = pad_batch([ids_column[i] for i in parallel.shard(idx)], pad_id)  # this rank's part
         ids2, mask2 = (
             torch.cat([ids, ids]).to(device),
             torch.cat([mask, mask]).to(device),
