@@ -59,3 +59,21 @@ serve: $(STAMP)
 
 flow: $(STAMP)
 	PREFECT_API_URL=$(PREFECT_API) $(VENV)/bin/prefect deployment run reproduce/reproduce --params '$(FLOW_PARAMS)' $(FLOW_ARGS)
+
+# ---- several machines: a Prefect work pool (pipelines/pool.py; README "Scale out") ----
+POOL ?= focalcse
+POOL_SOURCE ?= $(CURDIR)
+WORKER ?= $(shell hostname)
+.PHONY: pool-deploy pool-worker pool-run pool-demo
+
+pool-deploy: $(STAMP)  # once: the work pool and the dvc-stage-item/pool deployment (POOL_SOURCE: git URL for several machines)
+	PREFECT_API_URL=$(PREFECT_API) $(PY) -m pipelines.pool deploy --pool $(POOL) --source $(POOL_SOURCE)
+
+pool-worker: $(STAMP)  # on every machine: take pool items one at a time
+	PREFECT_API_URL=$(PREFECT_API) $(VENV)/bin/prefect worker start --pool $(POOL) --name $(WORKER) --limit 1 --type process
+
+pool-run: $(STAMP)  # the coordinator, from this checkout: make pool-run POOL_ARGS='--dvc-remote s3://bucket/focalcse'
+	PREFECT_API_URL=$(PREFECT_API) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pipelines.pool run $(POOL_ARGS)
+
+pool-demo: $(STAMP)  # two workers on this machine, tiny config, servers on free ports (scripts/pool_demo.py)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) scripts/pool_demo.py $(DEMO_ARGS)

@@ -75,6 +75,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "loss_reps": 1,
         "loss_steps": 5,
         "loss_paired_steps": 6,
+        "quality_seeds": "1,2",
+        "quality_steps": 4,
+        "quality_sides": "ours-bf16,st-fp32",
     },
     # ~15 min on a quiet 2-core AVX512-BF16 machine (estimate), about half of it sentence-transformers
     # encoding the 37.7k STS sentences once; --eval-reps 2 --train-reps 3 gives medians over more runs (~25 min).
@@ -89,6 +92,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "loss_reps": 2,
         "loss_steps": 8,
         "loss_paired_steps": 16,
+        # --only quality (not in the default --only): STS-B dev after quality_steps, one run per side
+        # and seed; ~5 min per seed at 64 steps here.
+        "quality_seeds": "1,2,3",
+        "quality_steps": 64,
+        "quality_sides": "ours-bf16,st-fp32",
     },
 }
 
@@ -628,6 +636,20 @@ def summarise_train(runs: dict[str, list[dict[str, Any]]], batch_size: int) -> d
     return out
 
 
+def summarise_quality(dev: dict[str, list[float]], seeds: list[int], steps: int) -> dict[str, Any]:
+    """STS-B dev after ``steps`` per side and seed, and a paired t-test (first side - second side)."""
+    from focalcse.stats import paired_ttest, summarize
+
+    first, second = list(dev)
+    return {
+        "seeds": seeds,
+        "steps": steps,
+        "dev": dev,
+        "summary": {side: summarize(v).to_dict() for side, v in dev.items()},
+        "test": {"treatment": first, "baseline": second, **paired_ttest(dev[first], dev[second]).to_dict()},
+    }
+
+
 def summarise_eval(result: dict[str, Any]) -> dict[str, Any]:
     runs = result["runs"]
     ref_runs = runs.get("ours-fp32") or runs.get("st-fp32")
@@ -732,6 +754,31 @@ def markdown(report: dict[str, Any]) -> str:
             + (f" STS-B dev before training: {start:.2f}." if start is not None else ""),
             "",
         ]
+    qu = report.get("quality")
+    if qu:
+        t = qu["test"]
+        lines += [
+            f"## Quality: STS-B dev after {qu['steps']} steps, seeds {', '.join(map(str, qu['seeds']))}",
+            "",
+            f"Each seed draws its own {qu['steps'] * cfg['batch_size']}-sentence sample and trains both sides on it "
+            "(same settings as above; dev scored in fp32 with the same evaluator).",
+            "",
+            "| side | " + " | ".join(f"seed {x}" for x in qu["seeds"]) + " | mean ± std |",
+            "|---|" + "---:|" * (len(qu["seeds"]) + 1),
+        ]
+        for side, values in qu["dev"].items():
+            sm = qu["summary"][side]
+            lines.append(
+                f"| {side} | "
+                + " | ".join(f"{v:.2f}" for v in values)
+                + f" | {sm['mean']:.2f} ± {sm['std']:.2f} |"
+            )
+        lines += [
+            "",
+            f"{t['treatment']} - {t['baseline']}: {t['mean_diff']:+.2f} (95% CI {t['ci_low']:+.2f} to {t['ci_high']:+.2f}, "
+            f"paired t-test p = {t['p_value']:.3g}, n = {t['n']}).",
+            "",
+        ]
     ev = report.get("eval")
     if ev:
         sides = ev["sides"]
@@ -811,7 +858,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--preset", choices=sorted(PRESETS), default="smoke", help="size defaults (default: smoke)"
     )
-    p.add_argument("--only", default="train,eval,loss", help="comma list of train, eval, loss")
+    p.add_argument(
+        "--only",
+        default="train,eval,loss",
+        help="comma list of train, eval, loss, quality (quality: STS-B dev over seeds, opt-in)",
+    )
     p.add_argument(
         "--data-mirror",
         default=os.environ.get("FOCALCSE_DATA_MIRROR") or str(REPO.parent / "shared" / "data"),
@@ -846,9 +897,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    bad = only - {"train", "eval", "loss"}
+    bad = only - {"train", "eval", "loss", "quality"}
     if bad:
-        raise SystemExit(f"--only: unknown {sorted(bad)}; expected train, eval, loss")
+        raise SystemExit(f"--only: unknown {sorted(bad)}; expected train, eval, loss, quality")
+    quality_sides = [s.strip() for s in args.quality_sides.split(",") if s.strip()]
+    if "quality" in only and (len(quality_sides) != 2 or any(s not in TRAIN_SIDES for s in quality_sides)):
+        raise SystemExit(f"--quality-sides {args.quality_sides!r}: expected two of {', '.join(TRAIN_SIDES)}")
     mirror = Path(args.data_mirror)
     corpus = Path(args.corpus) if args.corpus else mirror / "corpus" / "wiki1m_standin.txt.gz"
     sts_dir = str(Path(args.sts_dir) if args.sts_dir else mirror / "senteval" / "downstream")
@@ -912,9 +966,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"train {side} rep {rep + 1}/{args.train_reps} ...", flush=True)
                     r = run_worker(f"train-{who}", spec, work, f"train-{side}-{rep}")
                     runs[side].append(r)
+                    dev = f"{r['stsb_dev_after']:.2f}" if "stsb_dev_after" in r else "scored in rep 1 only"
                     print(
                         f"  {side}: {args.batch_size / median(r['step_seconds']):.1f} sent/s, "
-                        f"peak RSS {r['peak_rss_mb']:.0f} MB, STS-B dev {r.get('stsb_dev_after', float('nan')):.2f}",
+                        f"peak RSS {r['peak_rss_mb']:.0f} MB, STS-B dev {dev}",
                         flush=True,
                     )
             report["train"] = summarise_train(runs, args.batch_size)
@@ -932,6 +987,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             raw = run_worker("loss", spec, work, "loss")
             report["loss"] = summarise_loss(raw)
             report["loss_raw"] = raw
+        if "quality" in only:
+            seeds = [int(x) for x in args.quality_seeds.split(",") if x.strip()]
+            dev: dict[str, list[float]] = {side: [] for side in quality_sides}
+            for i, seed in enumerate(seeds):
+                sample = work / f"sample-seed{seed}.txt"
+                _sample_corpus(corpus, args.batch_size * args.quality_steps, seed, sample)
+                for side in quality_sides if i % 2 == 0 else quality_sides[::-1]:
+                    who, prec = side.split("-")
+                    spec = {
+                        **common,
+                        "seed": seed,
+                        "sample_file": str(sample),
+                        "precision": prec,
+                        "steps": args.quality_steps,
+                        "warmup": min(args.train_warmup, max(args.quality_steps - 2, 0)),
+                        "dev": True,
+                        "st_max_grad_norm": args.st_max_grad_norm,
+                    }
+                    print(f"quality {side} seed {seed} ({args.quality_steps} steps) ...", flush=True)
+                    r = run_worker(f"train-{who}", spec, work, f"quality-{side}-{seed}")
+                    dev[side].append(r["stsb_dev_after"])
+                    print(f"  {side}: STS-B dev {r['stsb_dev_after']:.2f}", flush=True)
+            report["quality"] = summarise_quality(dev, seeds, args.quality_steps)
         if "eval" in only:
             print(f"STS evaluation on {', '.join(eval_tasks)} ...", flush=True)
             spec = {

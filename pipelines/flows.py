@@ -86,18 +86,22 @@ def run_plan(
     retries: int,
     force: bool = False,
     retry_delay_s: float = RETRY_BACKOFF_S,
+    stage_task: Any = None,
+    task_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """Submit each stage once its upstream stages completed, at most ``concurrency`` at a time.
 
     A failed stage's descendants are not run (``not_run``); independent branches go on (like
     ``dvc repro --keep-going``). Returns ``{stage: action}``; raises if any stage failed.
+    ``stage_task`` (default :func:`dvc_stage`) is called as ``(repo, stage, force, **task_kwargs)``
+    and returns a dict with an ``action``.
     """
     logger = get_run_logger()
     if concurrency < 1:
         raise ValueError(f"concurrency = {concurrency}: expected an integer >= 1")
     for stage, why in plan.skipped.items():
         logger.info(f"{stage}: left out ({why})")
-    runner = dvc_stage.with_options(
+    runner = (stage_task or dvc_stage).with_options(
         retries=retries, retry_delay_seconds=exponential_backoff(backoff_factor=retry_delay_s)
     )
     status: dict[str, str] = {}
@@ -111,7 +115,7 @@ def run_plan(
                 pending.remove(stage)
                 logger.warning(f"{stage}: not run (an upstream stage failed)")
             elif len(running) < concurrency and all(u in status for u in ups):
-                running[runner.submit(str(repo), stage, force)] = stage
+                running[runner.submit(str(repo), stage, force, **(task_kwargs or {}))] = stage
                 pending.remove(stage)
         if not running:
             break

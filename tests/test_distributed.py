@@ -29,12 +29,12 @@ SCENARIOS = [
 ]
 
 
-def _encoder(dtype: torch.dtype) -> torch.nn.Module:
-    """A tiny BERT + MLP pooler without dropout (so one batch's rows are independent)."""
+def _encoder(dtype: torch.dtype, dropout: float = 0.0) -> torch.nn.Module:
+    """A tiny BERT + MLP pooler, by default without dropout (so one batch's rows are independent)."""
     from focalcse.model import SentenceEncoder, tiny_config
 
     cfg = tiny_config(VOCAB, hidden=16, layers=1, heads=2)
-    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.0
+    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = dropout
     torch.manual_seed(0)
     return SentenceEncoder.from_config(cfg, None, pooler="cls").to(dtype).train()
 
@@ -71,6 +71,69 @@ def _train_run(out: Path, parallel=None) -> list[dict[str, float]]:
         encoder, corpus, cfg, out / "model", progress=False, **({"parallel": parallel} if parallel else {})
     )
     return result.history
+
+
+class _Stop(Exception):
+    """The simulated crash of every rank in the resume scenario."""
+
+
+def _dropout_run(out: Path, parallel, stop_at: int = 0) -> list[float]:
+    """4 steps with dropout on (each rank draws its own masks), a checkpoint every 2 steps; with
+    ``stop_at``, every rank crashes at the start of that step (after the step-2 checkpoint)."""
+    from transformers import AutoTokenizer
+
+    from focalcse import training
+    from focalcse.config import TrainConfig
+    from focalcse.model import resolve_backbone
+
+    encoder = _encoder(torch.float32, dropout=0.2)
+    encoder.tokenizer = AutoTokenizer.from_pretrained(resolve_backbone("all-MiniLM-L6-v2"))
+    gen = torch.Generator().manual_seed(2)
+    corpus = [torch.randint(1, VOCAB, (int(k),), generator=gen).tolist() for k in torch.randint(3, 9, (32,))]
+    cfg = TrainConfig(
+        loss="focal_infonce",
+        batch_size=8,
+        lr=1e-3,
+        max_steps=4,
+        eval_at_start=False,
+        seed=5,
+        checkpoint_steps=2,
+    )
+    real, calls = training.two_view_loss, []
+
+    def crashing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == stop_at:
+            raise _Stop
+        return real(*args, **kwargs)
+
+    training.two_view_loss = crashing
+    try:
+        return [
+            h["loss"]
+            for h in training.train(encoder, corpus, cfg, out, progress=False, parallel=parallel).history
+        ]
+    finally:
+        training.two_view_loss = real
+
+
+def _resume_scenario(root: Path, ctx) -> dict:
+    """An uninterrupted 2-rank run, and one that crashes at step 3 and is resumed from step 2."""
+    from safetensors.torch import load_file
+
+    straight = _dropout_run(root / "straight", ctx)
+    try:
+        _dropout_run(root / "resumed", ctx, stop_at=3)
+        raise AssertionError("the crash did not happen")
+    except _Stop:
+        pass
+    resumed = _dropout_run(root / "resumed", ctx)
+    ctx.barrier()
+    out = {"straight": straight, "resumed": resumed}
+    if ctx.is_main:
+        a, b = (load_file(root / n / "model.safetensors") for n in ("straight", "resumed"))
+        out["same_weights"] = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return out
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -111,6 +174,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                 "history": [h["loss"] for h in history],
                 "saved": (model_dir / "focalcse.json").is_file(),
             }
+            results["resume"] = _resume_scenario(Path(out_dir) / "resume", ctx)
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     finally:
         cleanup()
@@ -194,3 +258,14 @@ def test_train_ddp_matches_single_process(ddp_results, tmp_path) -> None:
             torch.tensor(res["train"]["history"]), torch.tensor(single), atol=1e-5, rtol=1e-5
         )
         assert res["train"]["saved"]
+
+
+def test_resumed_ddp_run_equals_an_uninterrupted_one(ddp_results) -> None:
+    """Every rank's RNG is checkpointed: after a crash at step 3 and a resume from the step-2
+    checkpoint, both ranks log the uninterrupted run's losses and rank 0 saves identical weights."""
+    if not _train_hooked():
+        pytest.skip("training.train has no `parallel` parameter yet (DDP hook not applied)")
+    for res in ddp_results:
+        assert len(res["resume"]["straight"]) == 4
+        assert res["resume"]["resumed"] == res["resume"]["straight"]
+    assert ddp_results[0]["resume"]["same_weights"] is True

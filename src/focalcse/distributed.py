@@ -241,6 +241,14 @@ class DistributedContext:
         if self.distributed:
             dist.barrier()
 
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (picklable), in rank order, on every rank; ``[obj]`` in one process."""
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
     @contextlib.contextmanager
     def main_first(self) -> Iterator[None]:
         """Rank 0 runs the block first (e.g. fills a cache), then the others."""

@@ -339,7 +339,7 @@ class StageResult:
 def _action(stage: str, output: str, returncode: int) -> str:
     if returncode != 0:
         return "failed"
-    if "is cached - skipping run" in output:
+    if f"Stage '{stage}' is cached - skipping run" in output:
         return "restored"
     if f"Running stage '{stage}'" in output:
         return "ran"
@@ -361,15 +361,24 @@ def run_dvc_stage(
     on_line: Callable[[str], None] | None = None,
     env: dict[str, str] | None = None,
     progress_every_s: float = 30.0,
+    pull: bool = False,
+    single_item: bool = True,
 ) -> StageResult:
     """``dvc repro --single-item <stage>`` in ``repo``, streaming output lines to ``on_line``.
 
-    Upstream stages are not checked (the caller runs them first, in topological order). Progress-bar
+    Upstream stages are not checked (the caller runs them first, in topological order); with
+    ``single_item=False`` DVC brings them up to date first. ``pull`` adds ``--pull``: DVC fetches the
+    default remote's run-cache and restores a stage whose command, deps and params it has seen there
+    instead of running it (see :mod:`focalcse.workpool`). Progress-bar
     refreshes (tqdm redraws with a carriage return; they arrive here as lines) are passed on at most
     once per ``progress_every_s`` and kept out of the captured output, so that logs and error tails
     stay readable.
     """
-    cmd = [*dvc_command(), "--wait-for-lock", "repro", "--single-item", stage]
+    cmd = [*dvc_command(), "--wait-for-lock", "repro", stage]
+    if single_item:
+        cmd.append("--single-item")
+    if pull:
+        cmd.append("--pull")
     if force:
         cmd.append("--force")
     start = time.perf_counter()

@@ -169,7 +169,7 @@ def train(
         fingerprint["world_size"] = parallel.world_size
     ckpt = Checkpointer(work / "last", fingerprint=fingerprint)
     ckpt_every = cfg.checkpoint_steps or cfg.eval_steps
-    start_step = ckpt.load(encoder, optimizer, scheduler, result) if resume else 0
+    start_step = ckpt.load(encoder, optimizer, scheduler, result, rank=parallel.rank) if resume else 0
     if start_step and progress:
         tqdm.write(f"resuming {cfg.loss} seed {cfg.seed} from step {start_step} ({ckpt.folder})")
 
@@ -226,8 +226,11 @@ def train(
         if dev_evaluator is not None and (step % cfg.eval_steps == 0 or step == total):
             evaluate(step)
             encoder.train()
-        if step % ckpt_every == 0 and step < total and parallel.is_main:
-            ckpt.save(step, encoder, optimizer, scheduler, result)
+        if step % ckpt_every == 0 and step < total:
+            # every rank's RNG (its own dropout masks): a resumed job continues each rank's stream
+            rng = parallel.all_gather_object(rng_state())
+            if parallel.is_main:
+                ckpt.save(step, encoder, optimizer, scheduler, result, rng_ranks=rng)
     bar.close()
     if parallel.is_main:
         if dev_evaluator is None:
@@ -255,7 +258,17 @@ class Checkpointer:
         self.fingerprint = json.dumps(fingerprint, sort_keys=True)
         self.step = 0
 
-    def save(self, step: int, encoder: nn.Module, optimizer, scheduler, result: TrainResult) -> None:
+    def save(
+        self,
+        step: int,
+        encoder: nn.Module,
+        optimizer,
+        scheduler,
+        result: TrainResult,
+        rng_ranks: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Write the checkpoint; ``rng_ranks`` holds every rank's :func:`rng_state` (default: this
+        process's only). Optimizer and scheduler states are the same on every DDP rank."""
         from safetensors.torch import save_model
 
         self.folder.parent.mkdir(parents=True, exist_ok=True)
@@ -267,8 +280,7 @@ class Checkpointer:
                 "step": step,
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
-                "rng_cpu": torch.get_rng_state(),
-                "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "rng_ranks": rng_ranks or [rng_state()],
                 "result": json.dumps(result.to_dict()),
             }
             torch.save(state, tmp / "state.pt")
@@ -282,8 +294,9 @@ class Checkpointer:
             raise
         self.step = step
 
-    def load(self, encoder: nn.Module, optimizer, scheduler, result: TrainResult) -> int:
-        """Restore the checkpoint into the given objects; returns its step (0 when none is usable)."""
+    def load(self, encoder: nn.Module, optimizer, scheduler, result: TrainResult, rank: int = 0) -> int:
+        """Restore the checkpoint into the given objects and ``rank``'s RNG state; returns its step
+        (0 when none is usable)."""
         from safetensors.torch import load_model
 
         old = self.folder.with_name(self.folder.name + ".old")
@@ -293,20 +306,32 @@ class Checkpointer:
         if not state_file.is_file():
             return 0
         state = torch.load(state_file, map_location="cpu", weights_only=True)
-        if state.get("fingerprint") != self.fingerprint:
+        if state.get("fingerprint") != self.fingerprint or "rng_ranks" not in state:
             tqdm.write(f"ignoring checkpoint {self.folder}: written by a run with other settings")
             return 0
         load_model(encoder, str(self.folder / "model.safetensors"))
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng_cpu"])
-        if state["rng_cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng_cuda"])
+        set_rng_state(state["rng_ranks"][rank])
         saved = json.loads(state["result"])
         for key in ("best_step", "best_dev", "train_seconds", "sentences_seen", "history", "dev_curve"):
             setattr(result, key, saved[key])
         self.step = int(state["step"])
         return self.step
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states (CPU, and every CUDA device it sees)."""
+    return {
+        "cpu": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _publish(src: Path, dest: Path) -> None:

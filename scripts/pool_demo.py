@@ -1,0 +1,329 @@
+"""Two Prefect process workers on this machine acting as two machines: the multi-machine path, end to end.
+
+Builds, under ``--dir`` (default: a new temporary folder):
+
+* ``coordinator/``: a copy of this repository with the tests' tiny config (a 2-layer random BERT, a few
+  hundred sentences), committed, with ``origin`` = ``origin.git`` (a bare repository: the shared git remote);
+* ``dvc-remote/``: the shared DVC remote (a folder here; S3 / SSH / NFS across machines);
+* an MLflow tracking server and a Prefect server on 127.0.0.1 (free ports), stores under ``--dir``;
+* the work pool ``focalcse-demo`` with the ``dvc-stage-item/pool`` deployment, its code pulled from
+  ``origin.git`` by each flow run (as from a git host);
+* two process workers, ``worker-a`` and ``worker-b``, each with its own ``FOCALCSE_WORKDIR``
+  (checkouts and DVC cache), one flow run at a time each.
+
+Then runs the ``reproduce-pool`` flow from the coordinator and prints what happened, from the
+Prefect API (flow runs, which worker's checkout ran each), the MLflow server (runs and metrics) and
+DVC (``dvc status`` of the coordinator). Everything it started is stopped by PID at the end, also on
+failure. ``--keep`` leaves the folder for inspection.
+
+    HF_HUB_OFFLINE=1 FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/pool_demo.py --dir /tmp/pool-demo
+
+About 5-10 minutes on 2 CPU cores, most of it Prefect and DVC start-up around tiny trainings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the tests' tiny project builder
+
+POOL = "focalcse-demo"
+WORKERS = ("worker-a", "worker-b")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {url} answered")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(1)
+    raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sh(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return proc.stdout
+
+
+def build_project(base: Path, env: dict[str, str]) -> tuple[Path, Path]:
+    from tiny_project import make_tiny_project, save_tiny_backbone
+
+    mirror = Path(os.environ.get("FOCALCSE_DATA_MIRROR") or REPO.parent / "shared" / "data").resolve()
+    if not (mirror / "senteval" / "downstream").is_dir():
+        raise SystemExit(f"error: data mirror {mirror} has no senteval/downstream; set FOCALCSE_DATA_MIRROR")
+    tiny = save_tiny_backbone(base / "tiny-backbone")
+    coord = make_tiny_project(
+        base / "coordinator", mirror, tiny, ablation={"temperatures": [0.05], "ms": [0.3], "max_steps": 3}
+    )
+    origin = base / "origin.git"
+    sh(["git", "clone", "--quiet", "--bare", str(coord), str(origin)], base, env)
+    sh(["git", "remote", "add", "origin", str(origin)], coord, env)
+    sh(["git", "fetch", "--quiet", "origin"], coord, env)
+    return coord, origin
+
+
+def flow_runs_report(api: str) -> list[dict[str, Any]]:
+    """Every flow run with its state, deployment and the worker checkout it logged (from the API)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    out = []
+    with get_client(sync_client=True) as client:
+        deployments = {d.id: d.name for d in client.read_deployments()}
+        for fr in client.read_flow_runs(sort=FlowRunSort.START_TIME_ASC):
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[fr.id])))
+            where = next(
+                (
+                    lg.message
+                    for lg in logs
+                    if " in " in lg.message and " at " in lg.message and "(pid" in lg.message
+                ),
+                "",
+            )
+            done = next((lg.message for lg in logs if "pushed to the DVC remote" in lg.message), "")
+            out.append(
+                {
+                    "name": fr.name,
+                    "state": fr.state.name if fr.state else None,
+                    "deployment": deployments.get(fr.deployment_id),
+                    "parent_task_run": str(fr.parent_task_run_id) if fr.parent_task_run_id else None,
+                    "start": fr.start_time.isoformat() if fr.start_time else None,
+                    "seconds": round(fr.total_run_time.total_seconds(), 1),
+                    "ran_in": where,
+                    "result": done,
+                }
+            )
+    return out
+
+
+def mlflow_report(uri: str) -> list[dict[str, Any]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    rows = []
+    for exp in client.search_experiments():
+        for run in client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"]):
+            metrics = run.data.metrics
+            arts = [a.path for a in client.list_artifacts(run.info.run_id)]
+            rows.append(
+                {
+                    "experiment": exp.name,
+                    "run": run.info.run_name,
+                    "status": run.info.status,
+                    "stage": run.data.tags.get("dvc_stage"),
+                    "commit": (run.data.tags.get("git_commit") or "")[:12],
+                    "n_metrics": len(metrics),
+                    "stsb_dev_best": metrics.get("stsb_dev_best"),
+                    "sts_avg": metrics.get("sts_avg"),
+                    "artifacts": arts,
+                }
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="working folder (default: a new temporary one)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the folder (always kept with --dir)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds for the coordinator flow")
+    args = parser.parse_args(argv)
+    base = (args.dir or Path(tempfile.mkdtemp(prefix="focalcse-pool-"))).resolve()
+    if args.dir and base.exists() and any(base.iterdir()):
+        raise SystemExit(f"error: --dir {base} is not empty")
+    base.mkdir(parents=True, exist_ok=True)
+    venv_bin = Path(sys.executable).parent
+    prefect_port, mlflow_port = free_port(), free_port()
+    api = f"http://127.0.0.1:{prefect_port}/api"
+    tracking = f"http://127.0.0.1:{mlflow_port}"
+    env = dict(os.environ)
+    env.update(
+        {
+            "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+            "PREFECT_HOME": str(base / "prefect-home"),
+            "PREFECT_API_URL": api,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_LOGGING_LEVEL": "INFO",
+            "MLFLOW_TRACKING_URI": tracking,
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "DVC_NO_ANALYTICS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1",
+            "GIT_AUTHOR_NAME": "demo",
+            "GIT_AUTHOR_EMAIL": "demo@localhost",
+            "GIT_COMMITTER_NAME": "demo",
+            "GIT_COMMITTER_EMAIL": "demo@localhost",
+        }
+    )
+    os.environ.update({k: env[k] for k in ("PREFECT_HOME", "PREFECT_API_URL", "MLFLOW_TRACKING_URI")})
+    procs: dict[str, subprocess.Popen] = {}
+    logs = base / "logs"
+    logs.mkdir(exist_ok=True)
+
+    def start(
+        name: str, cmd: list[str], extra: dict[str, str] | None = None, cwd: Path = base
+    ) -> subprocess.Popen:
+        with open(logs / f"{name}.log", "w") as out:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                cmd, cwd=cwd, env={**env, **(extra or {})}, stdout=out, stderr=subprocess.STDOUT
+            )
+        procs[name] = proc
+        log(f"started {name} (pid {proc.pid}): {' '.join(cmd[:4])} ...")
+        return proc
+
+    summary: dict[str, Any] = {"dir": str(base), "prefect_api": api, "mlflow": tracking}
+    rc = 1
+    try:
+        log(f"building the tiny project under {base}")
+        coord, origin = build_project(base, env)
+        mlf = start(
+            "mlflow",
+            [
+                str(venv_bin / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{base / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(base / "mlartifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(mlflow_port),
+                "--workers",
+                "1",
+            ],
+        )
+        pref = start(
+            "prefect-server",
+            [
+                str(venv_bin / "prefect"),
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(prefect_port),
+            ],
+        )
+        wait_http(f"{tracking}/health", 120, mlf)
+        wait_http(f"{api}/health", 180, pref)
+        log("servers up; deploying dvc-stage-item to the work pool")
+        sh(
+            [sys.executable, "-m", "pipelines.pool", "deploy", "--pool", POOL, "--source", str(origin)],
+            REPO,
+            env,
+        )
+        for name in WORKERS:
+            wd = base / name
+            wd.mkdir()
+            start(
+                name,
+                [
+                    str(venv_bin / "prefect"),
+                    "worker",
+                    "start",
+                    "--pool",
+                    POOL,
+                    "--name",
+                    name,
+                    "--limit",
+                    "1",
+                    "--type",
+                    "process",
+                ],
+                {"FOCALCSE_WORKDIR": str(wd)},
+                cwd=wd,
+            )
+        time.sleep(5)
+        log("running the reproduce-pool flow from the coordinator checkout")
+        t0 = time.perf_counter()
+        coord_proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.pool",
+                "run",
+                "--repo",
+                str(coord),
+                "--dvc-remote",
+                str(base / "dvc-remote"),
+                "--concurrency",
+                "4",
+                "--retries",
+                "1",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+        )
+        summary["coordinator_seconds"] = round(time.perf_counter() - t0, 1)
+        (logs / "coordinator.log").write_text(coord_proc.stdout + coord_proc.stderr)
+        summary["coordinator_rc"] = coord_proc.returncode
+        log(f"coordinator flow exited {coord_proc.returncode} after {summary['coordinator_seconds']} s")
+        summary["flow_runs"] = flow_runs_report(api)
+        summary["mlflow_runs"] = mlflow_report(tracking)
+        summary["dvc_status"] = sh([str(venv_bin / "dvc"), "status"], coord, env).strip()
+        summary["git_commit"] = sh(["git", "rev-parse", "HEAD"], coord, env).strip()
+        summary["remote_files"] = sum(1 for p in (base / "dvc-remote").rglob("*") if p.is_file())
+        summary["worker_checkouts"] = {
+            name: sorted(p.name for p in (base / name).iterdir() if not p.name.startswith("."))
+            for name in WORKERS
+        }
+        rc = coord_proc.returncode
+    finally:
+        for proc in reversed(list(procs.values())):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # a process worker stops on SIGINT, not SIGTERM
+        for name, proc in procs.items():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log(f"stopped {name} (pid {proc.pid}, exit {proc.returncode})")
+        (base / "pool_demo.json").write_text(json.dumps(summary, indent=2, default=str))
+        print(json.dumps(summary, indent=2, default=str))
+        if not args.dir and not args.keep and rc == 0:
+            shutil.rmtree(base, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
