@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the folder (always kept with --dir)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for the coordinator flow")
+    parser.add_argument("--seeds", nargs="+", default=None, help="only these seeds' items (default: all)")
+    parser.add_argument("--stages", nargs="+", default=None, help="only these stages (default: all)")
     args = parser.parse_args(argv)
     base = (args.dir or Path(tempfile.mkdtemp(prefix="focalcse-pool-"))).resolve()
     if args.dir and base.exists() and any(base.iterdir()):
@@ -286,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                 "4",
                 "--retries",
                 "1",
+                *(["--seeds", *args.seeds] if args.seeds else []),
+                *(["--stages", *args.stages] if args.stages else []),
             ],
             cwd=REPO,
             env=env,
@@ -308,16 +312,19 @@ def main(argv: list[str] | None = None) -> int:
         }
         rc = coord_proc.returncode
     finally:
-        for proc in reversed(list(procs.values())):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)  # a process worker stops on SIGINT, not SIGTERM
-        for name, proc in procs.items():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log(f"stopped {name} (pid {proc.pid}, exit {proc.returncode})")
+        # workers first (they deregister through the server), then the servers
+        for group in ([n for n in procs if n in WORKERS], [n for n in procs if n not in WORKERS]):
+            for name in group:
+                if procs[name].poll() is None:
+                    procs[name].send_signal(signal.SIGINT)  # a process worker stops on SIGINT, not SIGTERM
+            for name in group:
+                proc = procs[name]
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                log(f"stopped {name} (pid {proc.pid}, exit {proc.returncode})")
         (base / "pool_demo.json").write_text(json.dumps(summary, indent=2, default=str))
         print(json.dumps(summary, indent=2, default=str))
         if not args.dir and not args.keep and rc == 0:
