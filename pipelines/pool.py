@@ -103,11 +103,11 @@ def stage_item(
             f"{checkout / 'mlflow.db'} on {socket.gethostname()}"
         )
     logger.info(f"{stage} at {commit[:12]} in {checkout} on {socket.gethostname()} (pid {os.getpid()})")
-    # Not --single-item: upstream stages (corpus, STS data, the trained model) come from the run-cache.
-    result = run_dvc_stage(
-        checkout, stage, force=force, on_line=logger.info, env=env, pull=True, single_item=False
-    )
-    check_stage(result)
+    # the corpus, the STS data, the trained model ...: from the remote's run-cache
+    upstream = workpool.restore_upstream(checkout, stage, env, on_line=logger.info)
+    if ran := sorted(s for s, action in upstream.items() if action == "ran"):
+        logger.warning(f"not in the DVC remote's run-cache, so run here first: {', '.join(ran)}")
+    result = check_stage(run_dvc_stage(checkout, stage, force=force, on_line=logger.info, env=env, pull=True))
     workpool.push_run_cache(checkout, stage, env)
     logger.info(f"{stage}: {result.action} in {result.seconds:.1f} s; pushed to the DVC remote")
     return {**result.to_dict(), "host": socket.gethostname(), "checkout": str(checkout), "commit": commit}

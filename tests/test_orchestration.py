@@ -133,6 +133,12 @@ def test_plan_selects_stages_with_their_ancestors() -> None:
         (255, "ERROR: failed to reproduce 'train@x': failed to run: python s.py, exited with -9", TRANSIENT),
         (137, "", TRANSIENT),
         (255, "ERROR: Unable to acquire lock. Most likely another DVC process is running", TRANSIENT),
+        (
+            255,
+            "ERROR: failed to reproduce 'sample': 'data/s.txt' is busy, it is being blocked by:\n"
+            "  (PID 8424): dvc repro train@1",
+            TRANSIENT,
+        ),
         (1, "requests.exceptions.ConnectionError: ... Connection refused", TRANSIENT),
         (1, "sqlite3.OperationalError: database is locked", TRANSIENT),
         (

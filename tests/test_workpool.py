@@ -184,10 +184,10 @@ def test_an_item_run_on_a_worker_is_restored_not_rerun_by_the_coordinator(projec
 
     worker = workpool.worker_checkout(str(project.origin), project.commit, tmp_path / "worker")
     workpool.set_remote(worker, str(project.remote))
-    remote = run_dvc_stage(worker, "train@1", pull=True, single_item=False)
-    assert remote.returncode == 0, remote.output
-    assert remote.action == "ran"  # the item itself ran on the worker ...
-    assert "Stage 'sample' is cached - skipping run" in remote.output  # ... its upstream was restored
+    assert workpool.restore_upstream(worker, "train@1") == {"sample": "restored"}  # from the remote
+    assert workpool.restore_upstream(worker, "train@2") == {}  # already up to date: not touched
+    remote = run_dvc_stage(worker, "train@1", pull=True)
+    assert remote.returncode == 0 and remote.action == "ran", remote.output  # the item runs on the worker
     workpool.push_run_cache(worker, "train@1")
 
     back = run_dvc_stage(coord, "train@1", pull=True)
@@ -249,6 +249,15 @@ def test_reproduce_pool_sends_train_items_to_the_pool_and_restores_them(
     monkeypatch.setenv(workpool.WORKDIR_ENV, str(tmp_path / "worker"))
     monkeypatch.setenv("PATH", _env()["PATH"])
     with prefect_test_harness(server_startup_timeout=120):
+        assert pool.deploy(pool="cpu-pool") == pool.DEFAULT_DEPLOYMENT  # source: this checkout
+        from prefect import get_client
+
+        with get_client(sync_client=True) as client:
+            dep = client.read_deployment_by_name(pool.DEFAULT_DEPLOYMENT)
+            assert client.read_work_pool("cpu-pool").type == "process"
+        assert dep.work_pool_name == "cpu-pool" and dep.entrypoint == "pipelines/pool.py:stage_item"
+        (step,) = dep.pull_steps  # workers run the flow from the source folder
+        assert step["prefect.deployments.steps.set_working_directory"]["directory"] == str(pool.REPO)
         status = pool.reproduce_pool(
             repo=str(project.coord),
             dvc_remote=str(project.remote),

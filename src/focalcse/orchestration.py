@@ -67,6 +67,7 @@ _TRANSIENT_PATTERNS = re.compile(
     "|".join(
         [
             r"Unable to acquire lock",  # DVC repo lock held by another process
+            r"is busy, it is being blocked by",  # DVC's per-path lock held by another stage
             r"database is locked",  # SQLite writer contention (MLflow store)
             r"Connection refused",
             r"Connection reset",

@@ -6,8 +6,9 @@ an item up
 
 1. makes (once) a checkout of the coordinator's commit and parameter set (:func:`worker_checkout`);
    all checkouts on a worker share one DVC cache, so a model trained there is not fetched again;
-2. runs ``dvc repro --pull <item>``: DVC fetches the shared remote's run-cache, restores the item's
-   upstream stages (the sampled corpus, the STS data, the trained model) from it, and runs the item;
+2. restores the item's stale upstream stages (the sampled corpus, the STS data, the trained model)
+   from the shared remote's run-cache (:func:`restore_upstream`), then runs the item
+   (``dvc repro --pull --single-item``);
 3. runs ``dvc push --run-cache``: the item's outputs and its run-cache entry go to the shared remote.
 
 The coordinator then runs ``dvc repro --pull --single-item <item>`` in its own checkout: the command,
@@ -21,15 +22,25 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from focalcse.orchestration import DETERMINISTIC, TRANSIENT, StageError, dvc_command, stage_env
+from focalcse.orchestration import (
+    DETERMINISTIC,
+    TRANSIENT,
+    StageError,
+    check_stage,
+    dvc_command,
+    dvc_graph,
+    run_dvc_stage,
+    stage_env,
+)
 
 WORKDIR_ENV = "FOCALCSE_WORKDIR"  # where a worker keeps its checkouts and shared DVC cache
 DEFAULT_WORKDIR = Path("~/.cache/focalcse/pool")
@@ -153,6 +164,51 @@ def worker_checkout(
         _dvc(tmp, "cache", "dir", "--local", str(base / "dvc-cache"))
         tmp.rename(dest)  # only a complete checkout gets the final name
     return dest
+
+
+def stale_stages(
+    repo: str | os.PathLike, stages: Sequence[str], env: dict[str, str] | None = None
+) -> set[str]:
+    """The stages among ``stages`` whose outputs are missing or out of date (``dvc status``)."""
+    if not stages:
+        return set()
+    proc = subprocess.run(
+        [*dvc_command(), "--wait-for-lock", "status", "--json", *stages],
+        cwd=repo,
+        env=env or stage_env(),
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise CheckoutError(f"dvc status in {repo} failed: {proc.stderr.strip()}")
+    return set(json.loads(proc.stdout or "{}"))
+
+
+def restore_upstream(
+    repo: str | os.PathLike,
+    stage: str,
+    env: dict[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> dict[str, str]:
+    """Bring ``stage``'s upstream stages up to date from the DVC remote's run-cache, one flow run at a
+    time per checkout; returns ``{stage: action}`` for those that were not up to date.
+
+    Done stage by stage (``--single-item``) and only for stale ones: ``dvc repro`` takes a write lock
+    on a stage's outputs even when it is unchanged, which would collide with another item's command
+    reading them (``... is busy``) when a worker runs several items at once. An upstream stage
+    missing from the run-cache is run here (same inputs, same result), which only costs time.
+    """
+    graph = dvc_graph(repo)
+    ancestors = graph.ancestors(stage)
+    order = [s for s in graph.stages if s in ancestors]
+    done: dict[str, str] = {}
+    with _file_lock(Path(repo) / ".dvc" / "tmp" / "focalcse-upstream.lock"):
+        stale = stale_stages(repo, order, env)
+        for name in order:
+            if name in stale or graph.upstream.get(name, set()) & set(done):
+                result = check_stage(run_dvc_stage(repo, name, on_line=on_line, env=env, pull=True))
+                done[name] = result.action
+    return done
 
 
 def set_remote(repo: str | os.PathLike, url: str, name: str = "pool") -> None:
