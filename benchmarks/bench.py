@@ -761,7 +761,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"## Quality: STS-B dev after {qu['steps']} steps, seeds {', '.join(map(str, qu['seeds']))}",
             "",
             f"Each seed draws its own {qu['steps'] * cfg['batch_size']}-sentence sample and trains both sides on it "
-            "(same settings as above; dev scored in fp32 with the same evaluator).",
+            f"(batch {cfg['batch_size']}, max_len {cfg['max_len']}, InfoNCE tau={cfg['temperature']}, lr {cfg['lr']}, "
+            "the training benchmark's pooler; STS-B dev scored in fp32 with the same evaluator).",
             "",
             "| side | " + " | ".join(f"seed {x}" for x in qu["seeds"]) + " | mean ± std |",
             "|---|" + "---:|" * (len(qu["seeds"]) + 1),
