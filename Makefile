@@ -32,8 +32,8 @@ reproduce: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests stages pipelines
-	$(VENV)/bin/ruff format --check src tests stages pipelines
+	$(VENV)/bin/ruff check src tests stages pipelines scripts benchmarks
+	$(VENV)/bin/ruff format --check src tests stages pipelines scripts benchmarks
 
 clean-venv:
 	rm -rf $(VENV)
