@@ -123,8 +123,10 @@ def workdir(root: str | os.PathLike | None = None) -> Path:
     return Path(root or os.environ.get(WORKDIR_ENV) or DEFAULT_WORKDIR).expanduser().resolve()
 
 
-def _dvc(repo: Path, *args: str) -> str:
-    proc = subprocess.run([*dvc_command(), *args], cwd=repo, env=stage_env(), capture_output=True, text=True)
+def _dvc(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        [*dvc_command(), *args], cwd=repo, env=env or stage_env(), capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise CheckoutError(f"dvc {' '.join(args)} in {repo} failed: {proc.stderr.strip()}")
     return proc.stdout
@@ -172,16 +174,7 @@ def stale_stages(
     """The stages among ``stages`` whose outputs are missing or out of date (``dvc status``)."""
     if not stages:
         return set()
-    proc = subprocess.run(
-        [*dvc_command(), "--wait-for-lock", "status", "--json", *stages],
-        cwd=repo,
-        env=env or stage_env(),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise CheckoutError(f"dvc status in {repo} failed: {proc.stderr.strip()}")
-    return set(json.loads(proc.stdout or "{}"))
+    return set(json.loads(_dvc(Path(repo), "--wait-for-lock", "status", "--json", *stages, env=env) or "{}"))
 
 
 def restore_upstream(
