@@ -24,8 +24,7 @@ import torch
 
 from focalcse.config import ConfigError, load_params
 from focalcse.distributed import cleanup, init_distributed
-from focalcse.pipeline import run_name, run_train
-from focalcse.training import output_path
+from focalcse.pipeline import TRAIN_FILES, run_name, run_train, train_item_paths
 
 
 def main() -> int:
@@ -49,12 +48,7 @@ def main() -> int:
         return 2
     ctx = init_distributed(backend)
     name = run_name(args.backbone, args.loss, args.seed)
-    files = {
-        "metrics_file": f"metrics/train/{name}.json",
-        "curve_file": f"metrics/curves/loss/{name}.json",
-        "dev_file": f"metrics/curves/dev/{name}.json",
-    }
-    model_dir = output_path("models", args.backbone, args.loss, args.seed)
+    paths = train_item_paths(args.backbone, args.loss, args.seed)
     try:
         if ctx.is_main:
             from focalcse.tracking import train_run
@@ -68,16 +62,13 @@ def main() -> int:
                 args.backbone,
                 args.loss,
                 args.seed,
-                corpus_file="data/corpus/train.txt",
-                sts_dir="data/sts",
-                model_dir=model_dir,
                 log_metrics=run.log_metrics if run is not None else None,
                 progress=ctx.is_main,
                 parallel=ctx,
-                **files,
+                **paths,
             )
             if run is not None:
-                run.finish(metrics, model_dir, files=list(files.values()))
+                run.finish(metrics, paths["model_dir"], files=[paths[k] for k in TRAIN_FILES])
         if ctx.is_main:
             print(
                 f"{name} ({ctx.world_size} ranks): best STS-B dev {metrics['stsb_dev_best']:.2f} "

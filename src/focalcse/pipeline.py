@@ -28,6 +28,25 @@ def run_name(backbone: str, loss: str, seed: int) -> str:
     return f"{backbone.replace('/', '__')}-{loss}-seed{seed}"
 
 
+TRAIN_FILES = ("metrics_file", "curve_file", "dev_file")  # the JSON outputs of a train item
+
+
+def train_item_paths(backbone: str, loss: str, seed: int) -> dict[str, Any]:
+    """A ``train`` matrix item's inputs and outputs as ``dvc.yaml`` declares them, as the path
+    keywords of :func:`run_train` (shared by ``stages/train.py`` and ``scripts/train_ddp.py``)."""
+    from focalcse.training import output_path
+
+    name = run_name(backbone, loss, seed)
+    return {
+        "corpus_file": "data/corpus/train.txt",
+        "sts_dir": "data/sts",
+        "model_dir": output_path("models", backbone, loss, seed),
+        "metrics_file": f"metrics/train/{name}.json",
+        "curve_file": f"metrics/curves/loss/{name}.json",
+        "dev_file": f"metrics/curves/dev/{name}.json",
+    }
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
