@@ -5,7 +5,7 @@ DVC stays the source of truth: each Prefect task is ``dvc repro --single-item <s
 restores from its run-cache and writes ``dvc.lock``. Prefect adds per-stage state and logs in its UI,
 retries with exponential backoff for transient failures only, and runs independent stages (the
 train / evaluate matrix items) ``concurrency`` at a time. The planning and failure classification
-live in :mod:`focalcse.orchestration`.
+live in :mod:`focalcse.ops.orchestration`.
 
 Run once, without a server (Prefect starts a temporary one)::
 
@@ -27,7 +27,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.tasks import exponential_backoff
 
-from focalcse.orchestration import (
+from focalcse.ops.orchestration import (
     Plan,
     StageError,
     ablation_experiments,

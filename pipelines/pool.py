@@ -12,7 +12,7 @@ shared folder ...). The coordinator flow ``reproduce-pool`` runs in your checkou
   remote's run-cache, runs the item (logging to the shared MLflow server) and pushes the result;
 * once that flow run completed, the coordinator restores the item from the run-cache
   (``dvc repro --pull --single-item``) instead of running it, so its ``dvc.lock``, models and metrics
-  are the same as after a local ``dvc repro``. The mechanics are in :mod:`focalcse.workpool`.
+  are the same as after a local ``dvc repro``. The mechanics are in :mod:`focalcse.ops.workpool`.
 
 The coordinator's commit must be pushed to the git remote workers clone from (``origin`` unless
 ``git_url``); uncommitted changes to anything but pipeline outputs are refused.
@@ -46,8 +46,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from focalcse import workpool
-from focalcse.orchestration import (
+from focalcse.ops import workpool
+from focalcse.ops.orchestration import (
     DETERMINISTIC,
     TRANSIENT,
     StageError,

@@ -9,17 +9,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from focalcse.config import ConfigError, Params, load_params
-from focalcse.orchestration import EX_TEMPFAIL
+from focalcse.layout import Layout
+from focalcse.ops.orchestration import EX_TEMPFAIL
 
 PARAMS_FILE = os.environ.get("FOCALCSE_PARAMS", "params.yaml")
+LAYOUT = Layout()  # paths relative to the repository root, where DVC runs every stage
 
 
 def _concise_errors(kind, value, tb) -> None:
     # Bad inputs are the user's to fix: one line naming the file/line or key, no traceback.
     # Anything else is a bug: full traceback. The exit status is non-zero either way.
-    from focalcse.corpus import CorpusError
-    from focalcse.sts import StsDataError
-    from focalcse.training import NonFiniteLossError
+    from focalcse.core.training import NonFiniteLossError
+    from focalcse.data.corpus import CorpusError
+    from focalcse.data.sts import StsDataError
 
     if issubclass(kind, (ConfigError, CorpusError, StsDataError, NonFiniteLossError, FileNotFoundError)):
         print(f"error: {value}", file=sys.stderr)
@@ -48,8 +50,8 @@ def matrix_args(description: str) -> argparse.Namespace:
 @contextmanager
 def transient_exit() -> Iterator[None]:
     """Exit with EX_TEMPFAIL (75) when the tracking server is unreachable: the Prefect flow retries
-    that exit status only (focalcse.orchestration.classify_failure)."""
-    from focalcse.tracking import TrackingUnavailableError
+    that exit status only (focalcse.ops.orchestration.classify_failure)."""
+    from focalcse.ops.tracking import TrackingUnavailableError
 
     try:
         yield

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from _common import params
+from _common import LAYOUT, params
 
-from focalcse.pipeline import ABLATION_KINDS, run_ablation
+from focalcse.layout import ABLATION_KINDS
+from focalcse.steps import ablate
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("kind", choices=sorted(ABLATION_KINDS))
     parser.add_argument("value", help="the swept value, as dvc.yaml renders it (names the output file)")
     args = parser.parse_args()
-    out = run_ablation(
-        params(),
-        args.kind,
-        float(args.value),
-        corpus_file="data/corpus/train.txt",
-        sts_dir="data/sts",
-        out_file=f"metrics/ablation/{args.kind}-{args.value}.json",
-    )
+    out = ablate.run(params(), LAYOUT, args.kind, args.value)
     print(
         f"{args.kind}={args.value}: STS-B test {out['STSBenchmark']:.2f} (best dev {out['stsb_dev_best']:.2f})"
     )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from _common import params
+from _common import LAYOUT, params
 
-from focalcse.pipeline import run_hard_negatives
+from focalcse.steps import hard_negatives
 
 if __name__ == "__main__":
-    out = run_hard_negatives(params(), "data/sts", "models", "metrics/hard_negatives.json")
+    out = hard_negatives.run(params(), LAYOUT)
     for backbone, entry in out["backbones"].items():
         print(
             backbone, {k: round(v, 3) for k, v in entry["mean_cos"].items()}, "top:", entry["pairs"][0]["cos"]

@@ -1,11 +1,11 @@
-"""DVC stage `prepare_sts`: read SentEval's STS data (counts checked) into normalised TSVs."""
+"""DVC stage `prepare_sts`: every registered STS task, read (counts checked) and normalised."""
 
 from __future__ import annotations
 
-from _common import params
+from _common import LAYOUT, params
 
-from focalcse.pipeline import run_prepare_sts
+from focalcse.steps import prepare_sts
 
 if __name__ == "__main__":
-    manifest = run_prepare_sts(params(), "data/sts")
+    manifest = prepare_sts.run(params(), LAYOUT)
     print({k: v["pairs"] for k, v in manifest["files"].items()})

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from _common import LAYOUT, PARAMS_FILE, params, transient_exit
 
-from _common import PARAMS_FILE, params, transient_exit
-
-from focalcse.pipeline import run_report
-from focalcse.tracking import check_tracking_uri, enabled, log_summary_run, tracking_uri
+from focalcse.ops.tracking import check_tracking_uri, enabled, log_summary_run, tracking_uri
+from focalcse.steps import report
 
 if __name__ == "__main__":
     p = params()
     with transient_exit():
         if enabled():
             check_tracking_uri(tracking_uri())  # fail before building anything
-        paths = run_report(p, "metrics", "reports", params_file=PARAMS_FILE)
+        paths = report.run(p, LAYOUT, params_file=PARAMS_FILE)
         # Tables, figures and the HTML page as artifacts of one MLflow `summary` run.
-        log_summary_run(p, [Path("metrics/significance.json"), Path("reports")])
+        log_summary_run(p, [LAYOUT.significance_file, LAYOUT.reports_dir])
     print(f"wrote {paths['markdown']}, {paths['html']} and {len(paths) - 2} figures")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from _common import params
+from _common import LAYOUT, params
 
-from focalcse.pipeline import run_sample
+from focalcse.steps import sample
 
 if __name__ == "__main__":
-    info = run_sample(params(), "data/corpus/train.txt")
+    info = sample.run(params(), LAYOUT)
     print(f"sampled {info['num_sentences']} sentences (seed {info['seed']}) from {info['source']}")

@@ -1,17 +1,13 @@
-"""DVC stage `significance`: mean±std over seeds and paired t-tests, per backbone."""
+"""DVC stage `significance`: mean±std over seeds and paired t-tests against the baseline loss."""
 
 from __future__ import annotations
 
-from _common import params
+from _common import LAYOUT, params
 
-from focalcse.pipeline import run_significance
+from focalcse.steps import significance
 
 if __name__ == "__main__":
-    out = run_significance(params(), "metrics/eval", "metrics/significance.json")
+    out = significance.run(params(), LAYOUT)
     for backbone, entry in out["backbones"].items():
-        t = entry["ttest"].get("avg")
-        print(
-            backbone,
-            {k: round(v["avg"]["mean"], 2) for k, v in entry["losses"].items()},
-            t and round(t["p_value"], 4),
-        )
+        p = {loss: round(t["avg"]["p_value"], 4) for loss, t in entry["ttest"].items()}
+        print(backbone, {k: round(v["avg"]["mean"], 2) for k, v in entry["losses"].items()}, "p(avg):", p)

@@ -1,19 +1,59 @@
-"""DVC stage `train@<backbone>-<loss>-<seed>`: one SimCSE / Focal-InfoNCE training run."""
+"""DVC stage `train@<backbone>-<loss>-<seed>`: one training run, in one process or under torchrun.
+
+DVC runs it as one process. For several GPUs (or CPU processes) launch the same script with
+``torchrun``; ``train.batch_size`` is then the global batch, split over the ranks, and every rank's
+loss uses the whole global batch's negatives. Rank 0 evaluates, saves, writes the metrics and owns
+the MLflow run; the other ranks only train::
+
+    torchrun --standalone --nproc_per_node=4 stages/train.py all-MiniLM-L6-v2 focal_infonce 1
+
+``train.device: cuda`` uses NCCL (each rank on ``cuda:LOCAL_RANK``); ``cpu`` uses gloo.
+"""
 
 from __future__ import annotations
 
-from _common import matrix_args, params, transient_exit
+import contextlib
+import sys
 
-from focalcse.pipeline import TRAIN_FILES, run_name, run_train, train_item_paths
-from focalcse.tracking import train_run
+from _common import LAYOUT, matrix_args, params, transient_exit
 
-if __name__ == "__main__":
+from focalcse.layout import run_name
+from focalcse.ops.tracking import train_run
+from focalcse.steps import train
+
+
+def main() -> int:
     args = matrix_args(__doc__)
     p = params()
-    name = run_name(args.backbone, args.loss, args.seed)
-    paths = train_item_paths(args.backbone, args.loss, args.seed)
-    # MLflow run (server checked before training): per-step curves, then the model as an artifact.
-    with transient_exit(), train_run(p, args.backbone, args.loss, args.seed) as run:
-        metrics = run_train(p, args.backbone, args.loss, args.seed, log_metrics=run.log_metrics, **paths)
-        run.finish(metrics, paths["model_dir"], files=[paths[k] for k in TRAIN_FILES])
-    print(f"{name}: best STS-B dev {metrics['stsb_dev_best']:.2f} at step {metrics['best_step']}")
+    item = (args.backbone, args.loss, args.seed)
+    cfg = p.train_config(*item)  # a bad value stops here, before any work
+
+    import torch
+
+    from focalcse.core.distributed import cleanup, init_distributed
+
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"error: train.device = {cfg.device!r} but CUDA is not available", file=sys.stderr)
+        return 2
+    ctx = init_distributed("nccl" if cfg.device.startswith("cuda") else "gloo")  # one process unless torchrun
+    try:
+        # MLflow run (server checked before training): per-step curves, then the model as an artifact.
+        tracking = train_run(p, *item) if ctx.is_main else contextlib.nullcontext(None)
+        with transient_exit(), tracking as run:
+            log = run.log_metrics if run is not None else None
+            metrics = train.run(p, LAYOUT, *item, log_metrics=log, progress=ctx.is_main, parallel=ctx)
+            if run is not None:
+                paths = LAYOUT.train_item(*item)
+                run.finish(metrics, paths.model_dir, files=list(paths.json_outputs))
+    finally:
+        cleanup()
+    if ctx.is_main:
+        ranks = f" ({ctx.world_size} ranks)" if ctx.distributed else ""
+        print(
+            f"{run_name(*item)}{ranks}: best STS-B dev {metrics['stsb_dev_best']:.2f} at step {metrics['best_step']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -54,7 +54,7 @@ def senteval_dir(data_mirror: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_path() -> str:
-    from focalcse.model import resolve_backbone
+    from focalcse.core.model import resolve_backbone
 
     try:
         return resolve_backbone("all-MiniLM-L6-v2")
@@ -74,7 +74,7 @@ def minilm_tokenizer(minilm_path: str):
 def tiny_encoder_factory(minilm_tokenizer) -> Callable[..., torch.nn.Module]:
     """``make(pooler='cls', mlp_only_train=False, seed=TINY_SEED)``: a tiny random BERT encoder
     (hidden 32, 2 layers, 2 heads) with the MiniLM tokenizer; the same seed gives the same weights."""
-    from focalcse.model import SentenceEncoder, tiny_config
+    from focalcse.core.model import SentenceEncoder, tiny_config
 
     def make(pooler: str = "cls", mlp_only_train: bool = False, seed: int = TINY_SEED, max_seq_len: int = 32):
         torch.manual_seed(seed)
@@ -143,10 +143,10 @@ def tiny_pairs(rng: random.Random, n: int, lo: float = 0.0, hi: float = 5.0) -> 
 def write_tiny_senteval(root: Path, pairs_per_subset: int = 8, seed: int = 0) -> Path:
     """A SentEval ``downstream`` folder with the real file names and subset names but only a few pairs
     (read it with ``check_counts=False``). Each STS12-16 subset also gets one unscored pair."""
-    from focalcse.sts import STS_YEAR_SUBSETS
+    from focalcse.data.tasks import TASKS
 
     rng = random.Random(seed)
-    for task, subsets in STS_YEAR_SUBSETS.items():
+    for task, subsets in ((t.name, t.subsets) for t in TASKS.values() if t.pooled):
         folder = root / "STS" / f"{task}-en-test"
         folder.mkdir(parents=True)
         for subset in subsets:

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from focalcse.corpus import CorpusError, read_sentences, sample_sentences
-from focalcse.sts import StsDataError, read_stsb
+from focalcse.data.corpus import CorpusError, read_sentences, sample_sentences
+from focalcse.data.sts import StsDataError, read_stsb
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -16,7 +16,7 @@ def tiny_model(tmp_path_factory, minilm_tokenizer) -> Path:
     """A saved tiny model trained-for cls + MLP, evaluated as cls_before_pooler."""
     import torch
 
-    from focalcse.model import SentenceEncoder, tiny_config
+    from focalcse.core.model import SentenceEncoder, tiny_config
 
     torch.manual_seed(0)
     enc = SentenceEncoder.from_config(

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from focalcse.distributed import DistributedContext, global_contrastive_loss, shard
+from focalcse.core.distributed import DistributedContext, global_contrastive_loss, shard
 from focalcse.losses import FocalInfoNCE, InfoNCE, build_loss
 
 WORLD = 2
@@ -31,7 +31,7 @@ SCENARIOS = [
 
 def _encoder(dtype: torch.dtype, dropout: float = 0.0) -> torch.nn.Module:
     """A tiny BERT + MLP pooler, by default without dropout (so one batch's rows are independent)."""
-    from focalcse.model import SentenceEncoder, tiny_config
+    from focalcse.core.model import SentenceEncoder, tiny_config
 
     cfg = tiny_config(VOCAB, hidden=16, layers=1, heads=2)
     cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = dropout
@@ -49,7 +49,7 @@ def _batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _train_hooked() -> bool:
     """Whether ``training.train`` takes a ``parallel`` context (the DDP hook)."""
-    from focalcse.training import train
+    from focalcse.core.training import train
 
     return "parallel" in inspect.signature(train).parameters
 
@@ -59,8 +59,8 @@ def _train_run(out: Path, parallel=None) -> list[dict[str, float]]:
     from transformers import AutoTokenizer
 
     from focalcse.config import TrainConfig
-    from focalcse.model import resolve_backbone
-    from focalcse.training import train
+    from focalcse.core.model import resolve_backbone
+    from focalcse.core.training import train
 
     encoder = _encoder(torch.float32)
     encoder.tokenizer = AutoTokenizer.from_pretrained(resolve_backbone("all-MiniLM-L6-v2"))
@@ -82,9 +82,9 @@ def _dropout_run(out: Path, parallel, stop_at: int = 0) -> list[float]:
     ``stop_at``, every rank crashes at the start of that step (after the step-2 checkpoint)."""
     from transformers import AutoTokenizer
 
-    from focalcse import training
     from focalcse.config import TrainConfig
-    from focalcse.model import resolve_backbone
+    from focalcse.core import training
+    from focalcse.core.model import resolve_backbone
 
     encoder = _encoder(torch.float32, dropout=0.2)
     encoder.tokenizer = AutoTokenizer.from_pretrained(resolve_backbone("all-MiniLM-L6-v2"))
@@ -149,8 +149,8 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    from focalcse.distributed import cleanup, init_distributed
-    from focalcse.gradcache import two_view_loss
+    from focalcse.core.distributed import cleanup, init_distributed
+    from focalcse.core.gradcache import two_view_loss
 
     ctx = init_distributed("gloo")
     results = {}
@@ -158,7 +158,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         for name, loss_name, size, chunk, dtype in SCENARIOS:
             encoder = _encoder(dtype)
             model = ctx.wrap_model(encoder)
-            loss_fn = ctx.wrap_loss(build_loss(loss_name, 0.05, 0.3))
+            loss_fn = ctx.wrap_loss(build_loss(loss_name, 0.05, m=0.3))
             (local,) = ctx.shard_batches([list(range(size))])
             ids, mask = _batch(size)
             ids, mask = ids[local], mask[local]
@@ -190,7 +190,7 @@ def _single_process(loss_name: str, size: int, dtype: torch.dtype) -> dict:
     encoder = _encoder(dtype)
     ids, mask = _batch(size)
     z = encoder(input_ids=torch.cat([ids, ids]), attention_mask=torch.cat([mask, mask]))  # (2B, d)
-    loss = build_loss(loss_name, 0.05, 0.3)(z[:size], z[size:])
+    loss = build_loss(loss_name, 0.05, m=0.3)(z[:size], z[size:])
     loss.backward()
     return {"loss": loss.detach(), "grads": _grads(encoder)}
 

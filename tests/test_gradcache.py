@@ -8,8 +8,8 @@ import contextlib
 import pytest
 import torch
 
-from focalcse import gradcache
-from focalcse.gradcache import cached_contrastive_loss, two_view_loss
+from focalcse.core import gradcache
+from focalcse.core.gradcache import cached_contrastive_loss, two_view_loss
 from focalcse.losses import build_loss
 
 N, L, VOCAB = 12, 10, 100  # 12 sentences -> a (24, 10) two-view batch
@@ -25,7 +25,7 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _encoder(dtype: torch.dtype = torch.float64, dropout: float = 0.1) -> torch.nn.Module:
-    from focalcse.model import SentenceEncoder, tiny_config
+    from focalcse.core.model import SentenceEncoder, tiny_config
 
     cfg = tiny_config(VOCAB)  # hidden 32, 2 layers
     cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = dropout
@@ -68,7 +68,7 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 @pytest.mark.parametrize("chunk", [5, 8, 24])
 def test_float64_exact_with_dropout(batch, loss_name, chunk) -> None:
     ids, mask = batch
-    encoder, loss_fn = _encoder(), build_loss(loss_name, 0.05, 0.3)
+    encoder, loss_fn = _encoder(), build_loss(loss_name, 0.05, m=0.3)
     ref_loss, ref_grads, ref_rng = _reference(encoder, loss_fn, ids, mask, chunk, seed=3)
     loss, grads, rng = _cached(encoder, loss_fn, ids, mask, chunk, seed=3)
     assert len(grads) == len(ref_grads) > 30
@@ -79,7 +79,7 @@ def test_float64_exact_with_dropout(batch, loss_name, chunk) -> None:
 
 def test_rng_replay_is_what_makes_it_exact(batch, monkeypatch) -> None:
     ids, mask = batch
-    encoder, loss_fn = _encoder(), build_loss("focal_infonce", 0.05, 0.3)
+    encoder, loss_fn = _encoder(), build_loss("focal_infonce", 0.05, m=0.3)
     _, ref_grads, _ = _reference(encoder, loss_fn, ids, mask, 8, seed=3)
     monkeypatch.setattr(gradcache.RandState, "replay", lambda self: contextlib.nullcontext())
     _, grads, _ = _cached(encoder, loss_fn, ids, mask, 8, seed=3)
@@ -89,7 +89,7 @@ def test_rng_replay_is_what_makes_it_exact(batch, monkeypatch) -> None:
 def test_float32_matches_one_full_batch_forward(batch) -> None:
     """Without dropout, chunked embeddings equal the full-batch ones: compare with the plain step."""
     ids, mask = batch
-    encoder, loss_fn = _encoder(torch.float32, dropout=0.0), build_loss("focal_infonce", 0.05, 0.3)
+    encoder, loss_fn = _encoder(torch.float32, dropout=0.0), build_loss("focal_infonce", 0.05, m=0.3)
     encoder.zero_grad(set_to_none=True)
     plain = two_view_loss(encoder, loss_fn, ids, mask, chunk_size=0)
     plain.backward()
@@ -106,7 +106,7 @@ def test_bf16_autocast_is_replayed(batch) -> None:
     """The re-forward runs inside backward, outside the caller's autocast block: it must re-enter it
     and reproduce the cached bf16 embeddings bit for bit."""
     ids, mask = batch
-    encoder, loss_fn = _encoder(torch.float32), build_loss("focal_infonce", 0.05, 0.3)
+    encoder, loss_fn = _encoder(torch.float32), build_loss("focal_infonce", 0.05, m=0.3)
     outputs: list[torch.Tensor] = []
     handle = encoder.register_forward_hook(lambda mod, args, out: outputs.append(out.detach().clone()))
     torch.manual_seed(5)
@@ -161,7 +161,7 @@ def test_rejects_bad_input(batch) -> None:
 def test_cuda_dropout_replay(batch) -> None:
     """The CUDA generator's state is replayed too (dropout on the GPU draws from it, not the CPU's)."""
     ids, mask = (t.cuda() for t in batch)
-    encoder, loss_fn = _encoder(torch.float64).cuda(), build_loss("focal_infonce", 0.05, 0.3)
+    encoder, loss_fn = _encoder(torch.float64).cuda(), build_loss("focal_infonce", 0.05, m=0.3)
     ref_loss, ref_grads, _ = _reference(encoder, loss_fn, ids, mask, 8, seed=3)
     loss, grads, _ = _cached(encoder, loss_fn, ids, mask, 8, seed=3)
     torch.testing.assert_close(loss, ref_loss, atol=1e-12, rtol=0)

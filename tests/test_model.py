@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from focalcse.evaluation import encode
-from focalcse.model import RECORD_FILE, SentenceEncoder, read_record, resolve_backbone
+from focalcse.core.encode import encode
+from focalcse.core.model import RECORD_FILE, SentenceEncoder, read_record, resolve_backbone
 
 SENTS = [
     "a man is playing a guitar .",
@@ -94,7 +94,7 @@ EVAL_POOLERS = {  # eval pooler -> (train pooler, mlp_only_train)
 @pytest.fixture(scope="module")
 def saved_models(tmp_path_factory, minilm_tokenizer) -> dict[str, tuple[Path, torch.Tensor]]:
     """One saved tiny model per evaluation pooler, with its eval vectors of SENTS before saving."""
-    from focalcse.model import tiny_config
+    from focalcse.core.model import tiny_config
 
     root = tmp_path_factory.mktemp("models")
     out = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from focalcse.orchestration import (
+from focalcse.ops.orchestration import (
     DETERMINISTIC,
     EX_TEMPFAIL,
     TRANSIENT,
@@ -153,7 +153,7 @@ def test_plan_selects_stages_with_their_ancestors() -> None:
         ),
         (
             255,
-            "ConnectionError: retrying\nTraceback:\nfocalcse.training.NonFiniteLossError: loss is nan\nexited with 1",
+            "ConnectionError: retrying\nTraceback:\nfocalcse.core.training.NonFiniteLossError: loss is nan\nexited with 1",
             DETERMINISTIC,
         ),
         (2, "ERROR: unrecognized arguments: --bogus", DETERMINISTIC),
@@ -201,7 +201,7 @@ def test_select_param_set(tmp_path) -> None:
 
 
 def test_queue_status_is_parsed_per_experiment() -> None:
-    from focalcse.orchestration import parse_queue_status
+    from focalcse.ops.orchestration import parse_queue_status
 
     text = (
         "Task     Name                  Created    Status\n"
@@ -220,7 +220,7 @@ def test_graph_knows_matrix_stages_by_their_base_name() -> None:
 
 
 def test_progress_bar_refreshes_are_recognised() -> None:
-    from focalcse.orchestration import is_progress_line
+    from focalcse.ops.orchestration import is_progress_line
 
     assert is_progress_line("train infonce seed 1:  17%|█▋        | 1/6 [00:00<00:00, 24.54it/s, loss=3.76]")
     assert is_progress_line("tokenise: 100%|██████████| 192/192 [00:00<00:00, 5369.21 examples/s]")

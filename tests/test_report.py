@@ -12,6 +12,7 @@ import base64
 import json
 import math
 import re
+import types
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -20,15 +21,31 @@ import pytest
 import yaml
 
 from focalcse.config import ConfigError, Params, load_params
-from focalcse.figures import rescaled_logit
-from focalcse.pipeline import hardest_negatives, run_name, run_significance
-from focalcse.report import PUBLISHED, ReportInputs, build_report
+from focalcse.core import losses as loss_registry
+from focalcse.core.losses import loss_spec, register_module
+from focalcse.data import tasks as task_registry
+from focalcse.eval.hard_negatives import hardest_negatives
+from focalcse.layout import Layout, run_name
+from focalcse.report import PUBLISHED, SECTIONS, build_report, figures, labels, load_report_data, sections
+from focalcse.report.data import ReportData
+from focalcse.report.figures import rescaled_logit
+from focalcse.report.published import PublishedError, parse_published, published_rows
+from focalcse.report.render import Doc, Table
+from focalcse.steps import significance as significance_step
 
 REPO = Path(__file__).resolve().parents[1]
+# the paper's seven tasks (the published rows' columns), independent of the task registry
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
-COLUMN_KEYS = {"STS-B": "STSBenchmark", "SICK-R": "SICKRelatedness", "Avg.": "avg"}
-LOSS_LABELS = {"infonce": "InfoNCE (SimCSE)", "focal_infonce": "Focal-InfoNCE"}
 NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+
+
+def column_keys() -> dict[str, str]:
+    """Column label -> score key, from the task registry."""
+    return {**{t.display: name for name, t in task_registry.TASKS.items()}, "Avg.": "avg"}
+
+
+def label(loss: str) -> str:
+    return loss_spec(loss).label
 
 
 # ---------------------------------------------------------------- params sections
@@ -55,15 +72,16 @@ def test_ablation_items_change_only_their_parameter() -> None:
     p = load_params(REPO / "params.yaml")
     base = p.train_config(p.ablation_backbone, p.ablation.loss, p.ablation.seed)
     tau = p.ablation_train_config("tau", 0.1)
-    assert tau.temperature == 0.1 and tau.m == base.m == p.train.m
+    assert tau.temperature == 0.1
+    assert tau.hyper_value("m") == base.hyper_value("m") == p.train.hyper_value("m")
     m = p.ablation_train_config("m", 0.5)
-    assert m.m == 0.5 and m.temperature == base.temperature
+    assert m.hyper_value("m") == 0.5 and m.temperature == base.temperature
     for cfg in (tau, m):
         assert cfg.max_steps == p.ablation.max_steps and cfg.loss == "focal_infonce"
         assert cfg.seed == p.ablation.seed and cfg.lr == base.lr and cfg.batch_size == base.batch_size
     paper = load_params(REPO / "params/paper.yaml")  # bert-base-uncased: tau 0.07 from its override
     m = paper.ablation_train_config("m", 0.2)
-    assert (m.temperature, m.m, m.max_steps, m.batch_size) == (0.07, 0.2, 0, 64)
+    assert (m.temperature, m.hyper_value("m"), m.max_steps, m.batch_size) == (0.07, 0.2, 0, 64)
     with pytest.raises(ConfigError, match="ablation kind"):
         p.ablation_train_config("lr", 1.0)
 
@@ -240,28 +258,32 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
     for b, entry in sig["backbones"].items():
         # ---- Table 2: mean ± std recomputed from the per-run files; p and Δ from significance.json
         t2 = _table(tables, f"Table 2 — {b} ")
-        keys = [COLUMN_KEYS.get(c, c) for c in t2[0][2:]]
-        assert keys == [t for t in TASKS if t in params.eval.tasks] + ["avg"]
+        keys = [column_keys()[c] for c in t2[0][2:]]
+        assert keys == [t for t in task_registry.TASKS if t in params.eval.tasks] + ["avg"]
         rows = {r[0]: r for r in t2[1:]}
         for loss in sw.losses:
-            row = rows[f"{LOSS_LABELS[loss]}, ours"]
+            row = rows[f"{label(loss)}, ours"]
             assert int(row[1]) == len(sw.seeds)
             for key, cell in zip(keys, row[2:]):
                 vals = [evals[(b, loss, s)][key] for s in sw.seeds]
                 mean, std = _pm(cell)
                 assert mean == pytest.approx(np.mean(vals), abs=0.0051)
                 assert std == pytest.approx(np.std(vals, ddof=1), abs=0.0051)
-        p_row = next(r for name, r in rows.items() if name.startswith("paired t-test p"))
-        d_row = next(r for name, r in rows.items() if name.startswith("Δ mean"))
-        assert int(p_row[1]) == len(entry["paired_seeds"])
-        for key, p_cell, d_cell in zip(keys, p_row[2:], d_row[2:]):
-            t = entry["ttest"][key]
-            if math.isnan(t["p_value"]):
-                assert p_cell == "n/a"
-            else:
-                p, star = _p(p_cell)
-                assert p == pytest.approx(t["p_value"], rel=6e-3) and star == t["significant"]
-            assert float(d_cell) == pytest.approx(t["mean_diff"], abs=0.0051)
+        # every loss but the baseline has its own Δ and p rows against the baseline
+        assert set(entry["ttest"]) == set(sw.losses) - {sig["baseline"]}
+        assert sum(name.startswith("paired t-test p") for name in rows) == len(entry["ttest"])
+        for loss, tests in entry["ttest"].items():
+            pair = f"{label(loss)} − {label(sig['baseline'])}"
+            p_row, d_row = rows[f"paired t-test p ({pair})"], rows[f"Δ mean ({pair})"]
+            assert int(p_row[1]) == int(d_row[1]) == len(entry["paired_seeds"][loss])
+            for key, p_cell, d_cell in zip(keys, p_row[2:], d_row[2:]):
+                t = tests[key]
+                if math.isnan(t["p_value"]):
+                    assert p_cell == "n/a"
+                else:
+                    p, star = _p(p_cell)
+                    assert p == pytest.approx(t["p_value"], rel=6e-3) and star == t["significant"]
+                assert float(d_cell) == pytest.approx(t["mean_diff"], abs=0.0051)
         published = [r for r in PUBLISHED if r.backbone in (b, params.backbone_source(b))]
         shown = [r for name, r in rows.items() if name.startswith("Published:")]
         assert len(shown) == len(published)
@@ -272,8 +294,13 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
 
         # ---- Table 3
         t3 = {r[0]: r for r in _table(tables, f"Table 3 — {b}")[1:]}
+        for loss, tests in entry["ttest"].items():
+            pair = f"{label(loss)} − {label(sig['baseline'])}"
+            d_row = t3[f"Δ mean ({pair})"]
+            assert float(d_row[4]) == pytest.approx(tests["STSBenchmark"]["mean_diff"], abs=0.0051)
+            assert f"paired t-test p ({pair})" in t3
         for loss in sw.losses:
-            row = t3[f"{LOSS_LABELS[loss]}, ours"]
+            row = t3[f"{label(loss)}, ours"]
             for key, cell, tol in zip(
                 ("alignment", "uniformity", "STSBenchmark"),
                 row[2:],
@@ -295,7 +322,7 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
     base = params.train_config(params.ablation_backbone, params.ablation.loss, params.ablation.seed)
     for number, kind, values, default in (
         (4, "tau", params.ablation.temperatures, base.temperature),
-        (5, "m", params.ablation.ms, base.m),
+        (5, "m", params.ablation.ms, base.hyper_value("m")),
     ):
         rows = _table(tables, f"Table {number} — ")[1:]
         assert len(rows) == len(values)
@@ -317,7 +344,7 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
         for b, entry in hn["backbones"].items():
             t = _table(tables, f"Hardest negatives — {b}")
             losses = [k for k in entry["mean_cos"] if k != "start"]
-            assert t[0][4:] == ["cos start"] + [f"cos {LOSS_LABELS[x]}" for x in losses]
+            assert t[0][4:] == ["cos start"] + [f"cos {label(x)}" for x in losses]
             assert len(t) == 1 + len(entry["pairs"]) + 1 and len(entry["pairs"]) == hn["k"]
             for row, pair in zip(t[1:], entry["pairs"]):
                 assert row[1:3] == [pair["sentence1"], pair["sentence2"]]
@@ -355,9 +382,11 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
 
 
 # ---------------------------------------------------------------- synthetic metrics
-def write_synthetic_metrics(root: Path, params: Params) -> None:
-    """Per-run eval/train/curve files for the sweep, a stale run outside it, ablation items (one value
-    left out, one stale value), the hard negatives; significance.json by the real stage function."""
+def write_synthetic_metrics(project: Path, params: Params) -> None:
+    """Under ``project/metrics``: per-run eval/train/curve files for the sweep, a stale run outside it,
+    ablation items (one value left out, one stale value), the hard negatives; significance.json by the
+    real step."""
+    root = Layout.at(project).metrics_dir
     rng = np.random.default_rng(0)
     meta = {
         "git_commit": "0123abc",
@@ -389,7 +418,7 @@ def write_synthetic_metrics(root: Path, params: Params) -> None:
                     root / "curves/dev" / f"{name}.json",
                     [{"step": i, "stsb_dev_spearman": 70 + i + rng.random()} for i in (0, 4, 8)],
                 )
-    run_significance(params, root / "eval", root / "significance.json")
+    significance_step.run(params, Layout.at(project))
     for kind, values in (("tau", params.ablation.temperatures[:-1]), ("m", [*params.ablation.ms, 0.9])):
         for v in values:
             item = {
@@ -458,13 +487,13 @@ def synthetic(tmp_path) -> tuple[Params, Path]:
     raw["backbone_overrides"] = {"mini": {"source": "example-org/mini"}}
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     params = load_params(path)
-    write_synthetic_metrics(tmp_path / "metrics", params)
+    write_synthetic_metrics(tmp_path, params)
     return params, tmp_path
 
 
 def test_report_from_synthetic_metrics_shows_exactly_their_numbers(synthetic) -> None:
     params, root = synthetic
-    paths = build_report(params, ReportInputs.under(root / "metrics"), root / "reports", commit="cafe123")
+    paths = build_report(params, Layout.at(root), commit="cafe123")
     assert paths["markdown"] == root / "reports/report.md" and paths["html"].is_file()
     assert {p.name for p in (root / "reports/figures").glob("*.png")} == {
         "figure1.png",
@@ -491,13 +520,234 @@ def test_report_from_synthetic_metrics_shows_exactly_their_numbers(synthetic) ->
 
 def test_a_failed_build_keeps_the_previous_report(synthetic) -> None:
     params, root = synthetic
-    build_report(params, ReportInputs.under(root / "metrics"), root / "reports", commit="c1")
+    build_report(params, Layout.at(root), commit="c1")
     before = (root / "reports/report.md").read_text()
     (root / "metrics/significance.json").write_text("{not json")
     with pytest.raises(json.JSONDecodeError):
-        build_report(params, ReportInputs.under(root / "metrics"), root / "reports", commit="c2")
+        build_report(params, Layout.at(root), commit="c2")
     assert (root / "reports/report.md").read_text() == before
     assert [p.name for p in root.iterdir() if p.name.startswith(".reports")] == []
+
+
+# ---------------------------------------------------------------- sections, registries, published data
+HEADINGS = [
+    "What produced this report",
+    "Table 2: STS tasks (Spearman × 100)",
+    "Table 3: alignment, uniformity and STS-B",
+    "Tables 4 and 5: τ and m ablations (STS-B test)",
+    "Figure 1: how Focal-InfoNCE rescales negatives",
+    "Training curves",
+    "Qualitative: the hardest negatives of STS-B train (§5.1)",
+]
+
+
+def _headings(md: str) -> list[str]:
+    return re.findall(r"^## (.+)$", md, flags=re.M)
+
+
+def extra_section(ctx: sections.Context) -> None:
+    """A section written outside the report package: one heading and one table."""
+    ctx.doc.h2("Extra table")
+    ctx.doc.table(Table("Extra — runs", ["backbone", "runs"], [["all", str(len(ctx.data.evals))]]))
+
+
+def test_the_section_list_drives_the_document(synthetic, monkeypatch) -> None:
+    params, root = synthetic
+    layout = Layout.at(root)
+    build_report(params, layout, commit="c1")
+    assert _headings((root / "reports/report.md").read_text()) == HEADINGS
+
+    # the headings are those the sections of SECTIONS write, in SECTIONS order (figures not drawn)
+    stub = types.SimpleNamespace(
+        **{
+            name: (lambda *args, **kwargs: root / "stub.png")
+            for name in ("alignment_uniformity", "ablation_curves", "figure1", "training_curves")
+        }
+    )
+    with monkeypatch.context() as m:
+        m.setattr(sections, "figures", stub)
+        data = load_report_data(params, layout)
+        expected = []
+        for section in SECTIONS:
+            ctx = sections.Context(params, data, Doc("t"), root / "unused")
+            section(ctx)
+            expected += ctx.doc.headings()
+    assert expected == HEADINGS
+
+    # any list of sections, in any order: exactly those headings, in that order, no figure drawn
+    paths = build_report(
+        params, layout, commit="c2", sections=[sections.hard_negatives, extra_section, sections.sts_tables]
+    )
+    md = (root / "reports/report.md").read_text()
+    assert _headings(md) == [HEADINGS[-1], "Extra table", HEADINGS[1]]
+    assert set(paths) == {"markdown", "html"} and not (root / "reports/figures").exists()
+    page = PageParser()
+    page.feed((root / "reports/index.html").read_text())
+    assert md_tables(md) == page.tables and md_tables(md)["Extra — runs"] == [
+        ["backbone", "runs"],
+        ["all", "12"],
+    ]
+
+    # adding a table to the report = adding its function to SECTIONS
+    monkeypatch.setattr(sections, "SECTIONS", [*SECTIONS[:3], extra_section])
+    build_report(params, layout, commit="c3")
+    md = (root / "reports/report.md").read_text()
+    assert _headings(md) == [*HEADINGS[:2], "Extra table"] and "Extra — runs" in md_tables(md)
+
+
+def _significance(backbone: str, means: dict[str, dict[str, float]], baseline: str = "infonce") -> dict:
+    """A significance.json document: ``means[loss][key]``, std 0.5 over seeds 1-3, every other loss
+    tested against ``baseline`` (p 0.01, significant)."""
+
+    def test(loss: str, key: str) -> dict:
+        d = means[loss][key] - means[baseline][key]
+        return {"statistic": 5.0, "p_value": 0.01, "mean_diff": d, "ci_low": d - 1, "ci_high": d + 1,
+                "n": 3, "alpha": 0.05, "significant": True}  # fmt: skip
+
+    others = [x for x in means if x != baseline]
+    return {
+        "baseline": baseline,
+        "alpha": 0.05,
+        "backbones": {
+            backbone: {
+                "losses": {
+                    x: {k: {"mean": v, "std": 0.5, "n": 3} for k, v in m.items()} for x, m in means.items()
+                },
+                "seeds": {x: [1, 2, 3] for x in means},
+                "paired_seeds": {x: [1, 2, 3] for x in others},
+                "ttest": {x: {k: test(x, k) for k in means[x]} for x in others},
+            }
+        },
+    }
+
+
+@pytest.fixture
+def toy_loss(tmp_path, monkeypatch) -> str:
+    """A loss known only by the SPEC of a module outside the package (registered for this test only)."""
+    (tmp_path / "toy_loss_plugin.py").write_text(
+        'SPEC = {"name": "toy", "class": "Toy", "label": "Toy-NCE", "color": "#123456",\n'
+        '        "hyper": {"m": {"default": 0.3, "min": 0.0}}}\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loss_registry.loss_names()  # the built-ins first, then a registry this test may change
+    monkeypatch.setattr(loss_registry, "_REGISTRY", dict(loss_registry._REGISTRY))
+    return register_module("toy_loss_plugin").name
+
+
+def test_a_loss_registered_only_by_its_spec_shows_its_label_and_colour(tmp_path, toy_loss) -> None:
+    assert (labels.loss_label(toy_loss), labels.loss_color(toy_loss)) == ("Toy-NCE", "#123456")
+    assert figures.loss_color(toy_loss) == "#123456" and not hasattr(figures, "LOSS_COLORS")
+    assert (labels.loss_label("unregistered"), figures.loss_color("unregistered")) == (
+        "unregistered",
+        "#7f7f7f",
+    )
+    assert (labels.loss_label("focal_infonce"), labels.loss_color("focal_infonce")) == (
+        "Focal-InfoNCE",
+        "#d62728",
+    )
+
+    params = load_params(
+        _params_with(tmp_path, sweep={"backbones": ["mini"], "losses": ["infonce", toy_loss]})
+    )
+    sig = _significance(
+        "mini", {"infonce": {"STS12": 70.0, "avg": 71.0}, toy_loss: {"STS12": 72.5, "avg": 71.25}}
+    )
+    t2 = sections.table2(params, ReportData(significance=sig), "mini")
+    rows = {r[0]: r for r in t2.rows}
+    assert rows["Toy-NCE, ours"][2:] == ["72.50 ± 0.50", "71.25 ± 0.50"]
+    assert rows["Δ mean (Toy-NCE − InfoNCE (SimCSE))"][2:] == ["+2.50", "+0.25"]
+    assert rows["paired t-test p (Toy-NCE − InfoNCE (SimCSE))"][2:] == ["0.01 *", "0.01 *"]
+    hn = {"max_gold": 1.0, "k": 0, "seed": 1, "backbones": {"mini": {
+        "source": "m", "start_pooler": "cls", "candidates": 3, "pairs": [],
+        "mean_cos": {"start": 0.3, "infonce": 0.2, toy_loss: 0.1}}}}  # fmt: skip
+    assert sections.hard_negatives_table(params, hn, "mini").header[-2:] == [
+        "cos InfoNCE (SimCSE)",
+        "cos Toy-NCE",
+    ]
+
+
+def test_every_tested_loss_has_its_own_delta_and_p_rows(tmp_path) -> None:
+    params = load_params(_params_with(tmp_path, sweep={"losses": ["focal_infonce", "infonce"]}))
+    b = params.sweep.backbones[0]
+    sig = _significance(
+        b,
+        {
+            "infonce": {"STSBenchmark": 70.0, "avg": 71.0},
+            "focal_infonce": {"STSBenchmark": 69.0, "avg": 72.0},
+        },
+    )
+    t3 = sections.table3(params, ReportData(significance=sig), b)
+    assert [r[0] for r in t3.rows] == [
+        "Focal-InfoNCE, ours",  # sweep order
+        "InfoNCE (SimCSE), ours",
+        "Δ mean (Focal-InfoNCE − InfoNCE (SimCSE))",
+        "paired t-test p (Focal-InfoNCE − InfoNCE (SimCSE))",
+    ]
+    assert t3.rows[2][2:] == ["–", "–", "-1.00"] and t3.row_classes == ["ours", "ours", "test", "test"]
+
+
+def test_the_ablation_is_drawn_and_captioned_as_its_own_loss(tmp_path, monkeypatch, toy_loss) -> None:
+    params = load_params(_params_with(tmp_path, ablation={"loss": toy_loss, "temperatures": [0.05, 0.1]}))
+    item = {"STSBenchmark": 70.0, "stsb_dev_best": 71.0, "best_step": 4}
+    data = ReportData(significance={}, ablation={"tau": [(0.05, item), (0.1, None)], "m": [(0.3, item)]})
+    drawn: list[str] = []
+    monkeypatch.setattr(figures, "loss_color", lambda loss: drawn.append(loss) or labels.loss_color(loss))
+    ctx = sections.Context(params, data, Doc("t"), tmp_path / "out")
+    sections.ablations(ctx)
+    assert drawn == [toy_loss, toy_loss] and ctx.paths["ablation"].is_file()  # one panel per kind
+    captions = [t.caption for kind, t in ctx.doc.blocks if kind == "table"]
+    assert len(captions) == 2 and all(c.startswith("Toy-NCE on ") for c in captions)
+    assert [r[0] for r in ctx.doc.blocks[1][1].rows] == ["0.05 (train default)", "0.1"]
+
+
+def test_published_rows_come_from_the_data_file_and_may_hold_any_tasks() -> None:
+    text = (REPO / "src/focalcse/report/published.yaml").read_text()
+    assert parse_published(yaml.safe_load(text)) == PUBLISHED and len(PUBLISHED) == 9
+    future = {
+        "backbone": "b",
+        "loss": "infonce",
+        "label": "l",
+        "source": "s",
+        "scores": {"STS99": 1, "avg": 2.5},
+    }
+    assert parse_published({"rows": [future]})[0].scores == {"STS99": 1.0, "avg": 2.5}
+    for bad in (
+        {k: v for k, v in future.items() if k != "source"},
+        {**future, "extra": 1},
+        {**future, "label": ""},
+        {**future, "scores": {}},
+        {**future, "scores": {"avg": "77"}},
+        {**future, "scores": {"avg": True}},
+        {**future, "scores": {"avg": float("nan")}},
+    ):
+        with pytest.raises(PublishedError, match=r"rows\[0\]"):
+            parse_published({"rows": [bad]})
+    with pytest.raises(PublishedError, match="rows"):
+        parse_published([future])
+    bert = published_rows("google-bert/bert-base-uncased")
+    assert [r.scores["avg"] for r in bert] == [76.25, 75.68, 77.32]
+    assert published_rows("mini", "example-org/mini") == [] and published_rows("x", "FacebookAI/roberta-base")
+
+
+def test_a_new_task_needs_no_change_to_the_report(tmp_path, monkeypatch) -> None:
+    """A task added to the registry gets its column (registry order, its display label), and the
+    published rows, which lack it, show – there."""
+    new = task_registry.Task("STS17", "STS-17", {"test": 250}, lambda root, check=True: None)
+    monkeypatch.setitem(task_registry.TASKS, "STS17", new)
+    assert labels.metric_keys(["STS17", "STS12", "unknown"]) == ["STS12", "STS17", "avg"]
+    assert [labels.column_label(k) for k in ("STS17", "STSBenchmark", "avg")] == ["STS-17", "STS-B", "Avg."]
+    params = load_params(_params_with(tmp_path, eval={"tasks": ["STS17", "STS12"]}))
+    b = "bert-base-uncased"
+    means = {"STS12": 70.0, "STS17": 60.0, "STS13": 65.0, "avg": 65.0}  # STS13: not evaluated, not shown
+    sig = _significance(b, {"infonce": means, "focal_infonce": means})
+    t2 = sections.table2(params, ReportData(significance=sig), b)
+    assert t2.header == ["Model", "seeds", "STS12", "STS-17", "Avg."]
+    published = [r for r in t2.rows if r[0].startswith("Published:")]
+    assert [r[2:] for r in published] == [
+        ["68.40", "–", "76.25"],
+        ["–", "–", "75.68"],
+        ["68.58", "–", "77.32"],
+    ]
 
 
 # ---------------------------------------------------------------- a tiny dvc repro

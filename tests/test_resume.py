@@ -20,9 +20,9 @@ SCRIPT = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     from focalcse.config import TrainConfig
-    from focalcse.evaluation import stsb_dev_evaluator
-    from focalcse.model import SentenceEncoder
-    from focalcse.training import train
+    from focalcse.eval.sts_eval import stsb_dev_evaluator
+    from focalcse.core.model import SentenceEncoder
+    from focalcse.core.training import train
 
     backbone, sts, corpus_file, out, result_file = sys.argv[1:6]
     enc = SentenceEncoder.from_pretrained(backbone, pooler="cls", mlp_only_train=True, max_seq_len=16, seed=3)
@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent(
 def setup(tmp_path_factory):
     import random
 
-    from focalcse.sts import StsSplit, write_prepared
+    from focalcse.data.sts import StsSplit, write_prepared
 
     root = tmp_path_factory.mktemp("resume")
     backbone = save_tiny_backbone(root / "tiny", seed=1)
@@ -109,7 +109,7 @@ def test_kill_9_then_rerun_equals_uninterrupted(setup, tmp_path: Path) -> None:
 
 def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path, tiny_encoder_factory) -> None:
     from focalcse.config import TrainConfig
-    from focalcse.training import train
+    from focalcse.core.training import train
 
     corpus = [[101, 2000 + i, 2001 + i, 102] for i in range(64)]
     cfg = TrainConfig(batch_size=8, max_steps=4, checkpoint_steps=2, eval_at_start=False, lr=1e-3)

@@ -11,7 +11,7 @@ import torch
 def test_no_remote_code_when_loading(monkeypatch, minilm_path: str) -> None:
     import transformers
 
-    from focalcse.model import SentenceEncoder
+    from focalcse.core.model import SentenceEncoder
 
     seen: list[dict] = []
     for cls in (transformers.AutoModel, transformers.AutoTokenizer):
@@ -28,7 +28,7 @@ def test_no_remote_code_when_loading(monkeypatch, minilm_path: str) -> None:
 
 def test_saved_model_and_checkpoint_hold_no_pickled_weights(tmp_path: Path, tiny_encoder_factory) -> None:
     from focalcse.config import TrainConfig
-    from focalcse.training import train
+    from focalcse.core.training import train
 
     corpus = [[101, 2000 + i, 102] for i in range(32)]
     cfg = TrainConfig(batch_size=8, max_steps=4, checkpoint_steps=2, eval_at_start=False)
@@ -59,7 +59,7 @@ class _Evil:
 
 
 def test_a_checkpoint_with_pickled_code_is_refused(tmp_path: Path, tiny_encoder_factory) -> None:
-    from focalcse.training import Checkpointer, TrainResult
+    from focalcse.core.training import Checkpointer, TrainResult
 
     marker = Path("/tmp/focalcse-pwned")
     marker.unlink(missing_ok=True)

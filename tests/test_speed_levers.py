@@ -13,15 +13,10 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from focalcse.evaluation import (
-    autocast_context,
-    cosine_spearman,
-    encode,
-    pad_batch,
-    stsb_dev_evaluator,
-)
+from focalcse.core.encode import autocast_context, encode, pad_batch
+from focalcse.core.model import SentenceEncoder, eval_max_length, tiny_config
+from focalcse.eval.sts_eval import cosine_spearman, stsb_dev_evaluator
 from focalcse.losses import build_loss
-from focalcse.model import SentenceEncoder, eval_max_length, tiny_config
 
 CPU = torch.device("cpu")
 WORDS = [
@@ -100,7 +95,7 @@ def test_encode_restores_train_mode(tiny_encoder_factory):
 
 
 def test_dev_evaluator_pretokenised_once_equals_fresh_encode(tiny_encoder_factory, tiny_sts_dir, tmp_path):
-    from focalcse.sts import read_stsb, write_prepared
+    from focalcse.data.sts import read_stsb, write_prepared
 
     dev = read_stsb(tiny_sts_dir, "dev", check_counts=False)
     write_prepared([("STSBenchmark-dev", dev)], tmp_path / "prep", source="tiny")
@@ -118,7 +113,7 @@ def test_dev_evaluator_pretokenised_once_equals_fresh_encode(tiny_encoder_factor
 
 
 def test_pretokenised_corpus_equals_per_step_tokenisation(tmp_path, minilm_tokenizer):
-    from focalcse.training import tokenize_corpus
+    from focalcse.core.training import tokenize_corpus
 
     sentences = _sentences(30, seed=3) + ["word " * 60]  # one longer than max_seq_len
     corpus_file = tmp_path / "corpus.txt"
@@ -166,7 +161,7 @@ def test_sdpa_attention_equals_eager(minilm_tokenizer):
 def test_bf16_autocast_loss_close_to_fp32(tiny_encoder_factory, loss_name):
     encoder = tiny_encoder_factory(pooler="cls").eval()
     batch = encoder.tokenize(_sentences(16))
-    loss_fn = build_loss(loss_name, 0.05, 0.3)
+    loss_fn = build_loss(loss_name, 0.05, m=0.3)
     losses = {}
     for precision in ("fp32", "bf16"):
         with torch.no_grad(), autocast_context(CPU, precision):
@@ -179,7 +174,7 @@ def test_bf16_autocast_loss_close_to_fp32(tiny_encoder_factory, loss_name):
 def test_bf16_encoding_of_minilm_within_0_1_of_fp32_on_stsb_test(minilm_path, senteval_dir):
     """bf16 autocast moves MiniLM's STS-B test Spearman by far less than 0.1 (first 400 pairs, for time;
     benchmarks/bench.py checks all 7 tasks)."""
-    from focalcse.sts import load_split
+    from focalcse.data.tasks import load_split
 
     s1, s2, gold = next(iter(load_split(senteval_dir, "STSBenchmark").subsets.values()))
     n = 400

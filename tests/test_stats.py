@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from focalcse.stats import paired_ttest, summarize
+from focalcse.eval.stats import paired_ttest, summarize
 
 # --------------------------------------------------------------------------------------------------
 # Hand formulas (no numpy std, no ttest_rel)

@@ -7,20 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from focalcse.sts import (
+from focalcse.data.sts import (
     StsDataError,
     StsSplit,
     is_prepared,
-    load_split,
     read_prepared,
     read_sick,
-    read_sts_year,
     read_stsb,
-    read_task,
     write_prepared,
 )
+from focalcse.data.tasks import TASKS, load_split, read_task
 
-# The counts of shared/data/README.md (SentEval's), written out here independently of focalcse.sts.
+# The counts of shared/data/README.md (SentEval's), written out here independently of focalcse.data.sts.
 EXPECTED_SUBSETS = {
     "STS12": {
         "MSRpar": 750,
@@ -115,8 +113,8 @@ def test_count_check_catches_a_wrong_count(tiny_sts_dir: Path) -> None:
 
 
 def test_unknown_task_or_split(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown STS year task"):
-        read_sts_year(tmp_path, "STS11")
+    with pytest.raises(ValueError, match="unknown task 'STS11'"):
+        read_task(tmp_path, "STS11")
     with pytest.raises(ValueError, match="unknown STS-B split"):
         read_stsb(tmp_path, "validation")
     with pytest.raises(ValueError, match="unknown SICK split"):
@@ -128,12 +126,10 @@ def _write_year(
     root: Path, task: str, subset: str, inp: list[str], gs: list[str], others: bool = True
 ) -> tuple[Path, Path]:
     """Write one subset's files (and, with ``others``, one valid pair for every other subset)."""
-    from focalcse.sts import STS_YEAR_SUBSETS
-
     folder = root / "STS" / f"{task}-en-test"
     folder.mkdir(parents=True, exist_ok=True)
     if others:
-        for name in STS_YEAR_SUBSETS[task]:
+        for name in TASKS[task].subsets:
             (folder / f"STS.input.{name}.txt").write_text("x y\tz w\n", encoding="utf-8")
             (folder / f"STS.gs.{name}.txt").write_text("3.0\n", encoding="utf-8")
     pin, pgs = folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
@@ -150,7 +146,7 @@ def test_blank_gold_lines_are_skipped(tmp_path: Path) -> None:
         ["a  b\tc d\textra column", "unscored\tpair", "e f\tg   h", "x\ty"],
         ["4.2", "", "0", "   "],
     )
-    split = read_sts_year(tmp_path, "STS13", check_counts=False)
+    split = read_task(tmp_path, "STS13", check_counts=False)
     s1, s2, y = split.subsets["FNWN"]
     assert s1 == ["a b", "e f"]  # whitespace normalised, extra columns ignored
     assert s2 == ["c d", "g h"]
@@ -169,7 +165,7 @@ def test_missing_file(tmp_path: Path) -> None:
     pin, pgs = _write_year(tmp_path, "STS13", "OnWN", ["a\tb"], ["1"])
     pgs.unlink()
     with pytest.raises(StsDataError, match="file not found") as exc:
-        read_sts_year(tmp_path, "STS13", check_counts=False)
+        read_task(tmp_path, "STS13", check_counts=False)
     _assert_error(exc, pgs, None)
     with pytest.raises(StsDataError, match="file not found") as exc:
         read_stsb(tmp_path, "test")
@@ -183,14 +179,14 @@ def test_empty_file(tmp_path: Path) -> None:
     pin, _ = _write_year(tmp_path, "STS13", "OnWN", [], ["1"])
     pin.write_text("\n  \n", encoding="utf-8")
     with pytest.raises(StsDataError, match="empty") as exc:
-        read_sts_year(tmp_path, "STS13", check_counts=False)
+        read_task(tmp_path, "STS13", check_counts=False)
     _assert_error(exc, pin, None)
 
 
 def test_non_numeric_score(tmp_path: Path) -> None:
     _, pgs = _write_year(tmp_path, "STS13", "OnWN", ["a\tb", "c\td", "e\tf"], ["1", "2", "two"])
     with pytest.raises(StsDataError, match="not a number") as exc:
-        read_sts_year(tmp_path, "STS13", check_counts=False)
+        read_task(tmp_path, "STS13", check_counts=False)
     _assert_error(exc, pgs, 3)
 
 
@@ -198,7 +194,7 @@ def test_non_numeric_score(tmp_path: Path) -> None:
 def test_out_of_range_score(tmp_path: Path, bad: str) -> None:
     _, pgs = _write_year(tmp_path, "STS13", "OnWN", ["a\tb", "c\td"], ["1", bad])
     with pytest.raises(StsDataError, match="outside") as exc:
-        read_sts_year(tmp_path, "STS13", check_counts=False)
+        read_task(tmp_path, "STS13", check_counts=False)
     _assert_error(exc, pgs, 2)
 
 
@@ -217,14 +213,14 @@ def test_sick_score_range_is_1_to_5(tmp_path: Path) -> None:
 def test_line_count_mismatch(tmp_path: Path) -> None:
     pin, pgs = _write_year(tmp_path, "STS13", "OnWN", ["a\tb", "c\td", "e\tf"], ["1", "2"])
     with pytest.raises(StsDataError, match="must match line by line") as exc:
-        read_sts_year(tmp_path, "STS13", check_counts=False)
+        read_task(tmp_path, "STS13", check_counts=False)
     assert str(pin) in str(exc.value) and str(pgs) in str(exc.value)
 
 
 def test_missing_columns_sts_year(tmp_path: Path) -> None:
     pin, _ = _write_year(tmp_path, "STS13", "OnWN", ["a\tb", "only one sentence"], ["1", "2"])
     with pytest.raises(StsDataError, match="two tab-separated sentences") as exc:
-        read_sts_year(tmp_path, "STS13", check_counts=False)
+        read_task(tmp_path, "STS13", check_counts=False)
     _assert_error(exc, pin, 2)
 
 

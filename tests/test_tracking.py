@@ -14,9 +14,9 @@ import pytest
 import torch
 from tiny_project import make_tiny_project, project_env, run, save_tiny_backbone
 
-from focalcse import tracking
 from focalcse.config import ConfigError, Params, load_params
-from focalcse.orchestration import EX_TEMPFAIL
+from focalcse.ops import tracking
+from focalcse.ops.orchestration import EX_TEMPFAIL
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
@@ -65,10 +65,20 @@ def test_experiment_name_and_params_hash() -> None:
     other = Params(raw={**params.raw, "train": {**params.raw["train"], "lr": 1.0}})
     assert tracking.params_hash(params) != tracking.params_hash(other)
     assert tracking.params_hash(params) == tracking.params_hash(load_params(REPO / "params.yaml"))
-    with pytest.raises(ConfigError, match="tracking.experiment"):
-        tracking.experiment_name(Params(raw={"tracking": {"experiment": ""}}))
-    with pytest.raises(ConfigError, match="unknown key"):
-        tracking.experiment_name(Params(raw={"tracking": {"experiment": "x", "uri": "http://secret"}}))
+
+
+def test_tracking_section_is_validated_on_load(tmp_path) -> None:
+    import yaml
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    for section, match in (
+        ({"experiment": ""}, "tracking.experiment"),
+        ({"experiment": "x", "uri": "u"}, "unknown key"),
+    ):
+        path = tmp_path / "params.yaml"
+        path.write_text(yaml.safe_dump({**raw, "tracking": section}))
+        with pytest.raises(ConfigError, match=match):
+            load_params(path)
 
 
 def test_tracking_off_touches_nothing(monkeypatch, tmp_path) -> None:
@@ -129,8 +139,8 @@ def test_dead_tracking_server_fails_the_train_stage_fast(project: Path) -> None:
 def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
-    from focalcse.evaluation import encode
-    from focalcse.model import SentenceEncoder
+    from focalcse.core.encode import encode
+    from focalcse.core.model import SentenceEncoder
 
     env = project_env(project)  # MLFLOW_TRACKING_URI = sqlite:///<copy>/mlflow.db
     run(["dvc", "repro", "evaluate@tiny-infonce-1"], project, env)

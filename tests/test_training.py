@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from focalcse.config import TrainConfig
-from focalcse.evaluation import stsb_dev_evaluator
-from focalcse.model import RECORD_FILE, SentenceEncoder, read_record
-from focalcse.sts import StsSplit, write_prepared
-from focalcse.training import NonFiniteLossError, batch_order, tokenize_corpus, train
+from focalcse.core.model import RECORD_FILE, SentenceEncoder, read_record
+from focalcse.core.training import NonFiniteLossError, batch_order, tokenize_corpus, train
+from focalcse.data.sts import StsSplit, write_prepared
+from focalcse.eval.sts_eval import stsb_dev_evaluator
 
 WORDS = [
     "the",
@@ -118,7 +118,7 @@ def _run(factory, corpus, dev_dir, out: Path, log=None, **changes):
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory, minilm_tokenizer, corpus, dev_dir):
     """One training run (seed 5) shared by several tests."""
-    from focalcse.model import tiny_config
+    from focalcse.core.model import tiny_config
 
     def factory(pooler: str, mlp_only_train: bool):
         torch.manual_seed(1234)
@@ -201,7 +201,7 @@ def test_lr_decays_linearly_to_zero(reference_run) -> None:
 
 
 def test_nan_loss_raises(monkeypatch, tiny_encoder_factory, corpus, tmp_path) -> None:
-    import focalcse.training as training
+    import focalcse.core.training as training
 
     calls = {"n": 0}
 

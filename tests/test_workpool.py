@@ -1,4 +1,4 @@
-"""Multi-machine mechanics (``focalcse.workpool``, ``pipelines/pool.py``) on a miniature DVC project.
+"""Multi-machine mechanics (``focalcse.ops.workpool``, ``pipelines/pool.py``) on a miniature DVC project.
 
 The project's ``train`` items write the directory they ran in into their output, so a restored
 output proves where the command really ran: on the "worker" checkout, then restored by the
@@ -21,8 +21,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from focalcse import workpool
-from focalcse.orchestration import DETERMINISTIC, TRANSIENT, StageError, run_dvc_stage
+from focalcse.ops import workpool
+from focalcse.ops.orchestration import DETERMINISTIC, TRANSIENT, StageError, run_dvc_stage
 
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
 MINI_DVC = {

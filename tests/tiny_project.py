@@ -63,7 +63,7 @@ def save_tiny_backbone(folder: Path, seed: int = 0) -> Path:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from focalcse.model import resolve_backbone, tiny_config
+    from focalcse.core.model import resolve_backbone, tiny_config
 
     tok = AutoTokenizer.from_pretrained(resolve_backbone("all-MiniLM-L6-v2"))
     torch.manual_seed(seed)

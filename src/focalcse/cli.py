@@ -9,17 +9,18 @@ import argparse
 import sys
 import time
 
-from focalcse.model import POOLERS
-from focalcse.sts import TASKS
+from focalcse.core.backbones import POOLERS
+from focalcse.data.tasks import TASKS
 
 
 def _evaluate(args: argparse.Namespace) -> int:
     import torch
 
-    from focalcse.evaluation import evaluate_sts
-    from focalcse.model import SentenceEncoder
-    from focalcse.provenance import provenance, write_json_atomic
-    from focalcse.sources import sts_data_dir
+    from focalcse.atomic import write_json
+    from focalcse.core.model import SentenceEncoder
+    from focalcse.data.sources import sts_data_dir
+    from focalcse.eval.sts_eval import evaluate_sts
+    from focalcse.provenance import provenance
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -39,7 +40,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         setting="all (STS12-16 subsets pooled); wmean under 'wmean'",
         wall_time_s=wall,
     )
-    write_json_atomic(args.output, result)
+    write_json(args.output, result)
     cols = [*args.tasks, "avg"]
     print(" ".join(f"{c:>15}" for c in cols))
     print(" ".join(f"{result[c]:15.2f}" for c in cols))

@@ -1,21 +1,24 @@
 """Typed, validated configuration: one frozen dataclass per ``params.yaml`` section.
 
 Every value is checked on load; a bad one raises :class:`ConfigError` naming the key, the value and
-what is allowed, before any work starts.
+what is allowed, before any work starts. Importing this module needs no torch: the losses' names and
+hyper-parameters come from the torch-free registry (:mod:`focalcse.core.losses`), the task names from
+:mod:`focalcse.data.tasks`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
 import yaml
 
-from focalcse.losses import LOSS_NAMES
-from focalcse.model import POOLERS
+from focalcse.core.backbones import POOLERS
+from focalcse.core.losses import hyper_params, loss_names, loss_spec
+from focalcse.data.tasks import TASKS
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -49,7 +52,9 @@ class TrainConfig:
 
     loss: str = "focal_infonce"
     temperature: float = 0.05  # tau; the official code uses 0.05
-    m: float = 0.3  # Focal-InfoNCE hardness margin (paper: 0.3)
+    # The losses' own hyper-parameters (e.g. Focal-InfoNCE's m), declared by each loss's SPEC: flat
+    # keys of the train section, kept here in the order written. See `hyper_value` / `loss_kwargs`.
+    hyper: tuple[tuple[str, float], ...] = ()
     pooler: str = "cls"  # SimCSE unsupervised: cls + MLP in training ...
     mlp_only_train: bool = True  # ... and the MLP dropped at evaluation (cls_before_pooler)
     batch_size: int = 64
@@ -69,12 +74,17 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         s = "train"
-        if self.loss not in LOSS_NAMES:
-            _fail(s, "loss", self.loss, f"one of {', '.join(LOSS_NAMES)}")
+        if self.loss not in loss_names():
+            _fail(s, "loss", self.loss, f"one of {', '.join(loss_names())}")
         if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
             _fail(s, "temperature", self.temperature, "a number > 0")
-        if not (isinstance(self.m, (int, float)) and self.m >= 0):
-            _fail(s, "m", self.m, "a number >= 0")
+        declared = hyper_params()
+        for key, value in self.hyper:
+            if key not in declared:
+                _fail(s, key, value, f"a hyper-parameter some loss declares ({', '.join(declared)})")
+            expected = declared[key].check(value)
+            if expected:
+                _fail(s, key, value, expected)
         if self.pooler not in POOLERS:
             _fail(s, "pooler", self.pooler, f"one of {', '.join(POOLERS)}")
         if self.batch_size < 2:
@@ -104,18 +114,62 @@ class TrainConfig:
         if not (self.device == "cpu" or self.device.startswith(("cuda", "mps"))):
             _fail(s, "device", self.device, "cpu, cuda, cuda:N or mps")
 
+    def hyper_value(self, key: str) -> float:
+        """A loss hyper-parameter: as written, else the default of this config's loss."""
+        written = dict(self.hyper)
+        if key in written:
+            return written[key]
+        defaults = loss_spec(self.loss).defaults
+        if key not in defaults:
+            raise KeyError(f"loss {self.loss!r} has no hyper-parameter {key!r}")
+        return defaults[key]
+
+    def loss_kwargs(self) -> dict[str, float]:
+        """The keyword arguments of this config's loss (its SPEC's hyper-parameters)."""
+        return {key: self.hyper_value(key) for key in loss_spec(self.loss).hyper_names}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat train section this config stands for (what model records, metrics and MLflow
+        store): ``loss``, ``temperature``, the hyper-parameters, then every other key."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "hyper":
+                out.update(self.hyper)
+            else:
+                out[f.name] = getattr(self, f.name)
+        return out
+
+    @classmethod
+    def from_mapping(cls, section: str, data: Mapping[str, Any] | None) -> TrainConfig:
+        """Build from a flat train section: known keys are fields, keys a loss declares go to
+        ``hyper`` (in the order written; the chosen loss's missing ones take their defaults)."""
+        data = dict(data or {})
+        own = {f.name for f in fields(cls)} - {"hyper"}
+        declared = hyper_params()
+        unknown = sorted(set(data) - own - set(declared))
+        if "hyper" in data or unknown:
+            allowed = sorted(own | set(declared))
+            raise ConfigError(
+                f"params {section}: unknown key(s) {unknown or ['hyper']}; allowed: {', '.join(allowed)}"
+            )
+        hyper = [(k, v) for k, v in data.items() if k in declared and k not in own]
+        loss = data.get("loss", cls.loss)
+        if isinstance(loss, str) and loss in loss_names():
+            written = {k for k, _ in hyper}
+            hyper += [(k, v) for k, v in loss_spec(loss).defaults.items() if k not in written]
+        base = from_dict(cls, section, {k: v for k, v in data.items() if k in own})
+        return _with(base, section, hyper=tuple(hyper))
+
 
 @dataclass(frozen=True)
 class EvalConfig:
     """``eval`` section."""
 
-    tasks: tuple[str, ...] = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+    tasks: tuple[str, ...] = tuple(TASKS)  # every registered task (focalcse.data.tasks)
     batch_size: int = 128
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        from focalcse.sts import TASKS
-
         bad = [t for t in self.tasks if t not in TASKS]
         if bad or not self.tasks:
             _fail("eval", "tasks", list(self.tasks), f"a non-empty subset of {', '.join(TASKS)}")
@@ -124,21 +178,23 @@ class EvalConfig:
         if self.precision not in PRECISIONS:
             _fail("eval", "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
 
+    def with_tasks(self, tasks: tuple[str, ...]) -> EvalConfig:
+        """The same settings on other tasks (e.g. the ablations' STS-B test alone)."""
+        return _with(self, "eval", tasks=tuple(tasks))
+
 
 @dataclass(frozen=True)
 class SignificanceConfig:
-    """``significance`` section."""
+    """``significance`` section: every other sweep loss is tested against ``baseline``."""
 
     alpha: float = 0.05
     baseline: str = "infonce"
-    treatment: str = "focal_infonce"
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
             _fail("significance", "alpha", self.alpha, "a number in (0, 1)")
-        for key in ("baseline", "treatment"):
-            if getattr(self, key) not in LOSS_NAMES:
-                _fail("significance", key, getattr(self, key), f"one of {', '.join(LOSS_NAMES)}")
+        if self.baseline not in loss_names():
+            _fail("significance", "baseline", self.baseline, f"one of {', '.join(loss_names())}")
 
 
 @dataclass(frozen=True)
@@ -152,9 +208,14 @@ class SweepConfig:
     def __post_init__(self) -> None:
         if not self.backbones:
             _fail("sweep", "backbones", list(self.backbones), "at least one backbone")
-        bad = [x for x in self.losses if x not in LOSS_NAMES]
-        if bad or not self.losses:
-            _fail("sweep", "losses", list(self.losses), f"a non-empty subset of {', '.join(LOSS_NAMES)}")
+        bad = [x for x in self.losses if x not in loss_names()]
+        if bad or not self.losses or len(set(self.losses)) != len(self.losses):
+            _fail(
+                "sweep",
+                "losses",
+                list(self.losses),
+                f"a non-empty list of unique names from {', '.join(loss_names())}",
+            )
         if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
             _fail("sweep", "seeds", list(self.seeds), "a non-empty list of unique integers")
         if any((not isinstance(x, int)) or x < 0 for x in self.seeds):
@@ -177,8 +238,8 @@ class AblationConfig:
 
     def __post_init__(self) -> None:
         s = "ablation"
-        if self.loss not in LOSS_NAMES:
-            _fail(s, "loss", self.loss, f"one of {', '.join(LOSS_NAMES)}")
+        if self.loss not in loss_names():
+            _fail(s, "loss", self.loss, f"one of {', '.join(loss_names())}")
         if self.seed < 0:
             _fail(s, "seed", self.seed, "an integer >= 0")
         if self.max_steps < 0:
@@ -211,7 +272,36 @@ class ReportConfig:
             _fail(s, "figure1_ms", list(self.figure1_ms), "a non-empty list of numbers in [0, 2)")
 
 
+_EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,99}$")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """``tracking`` section: where MLflow files the runs of this parameter set."""
+
+    experiment: str = "default"  # MLflow experiment name (one per parameter set)
+
+    def __post_init__(self) -> None:
+        if not _EXPERIMENT.match(self.experiment):
+            _fail(
+                "tracking",
+                "experiment",
+                self.experiment,
+                "1-100 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit",
+            )
+
+
 T = TypeVar("T")
+
+
+def _with(cfg: T, section: str, **changes: Any) -> T:
+    """A copy of dataclass ``cfg`` with ``changes``, validated like a fresh one."""
+    values = {f.name: getattr(cfg, f.name) for f in fields(cfg)}  # type: ignore[arg-type]
+    values.update(changes)
+    try:
+        return type(cfg)(**values)
+    except TypeError as err:  # pragma: no cover - callers pass field names
+        raise ConfigError(f"params {section}: {err}") from err
 
 
 def from_dict(cls: type[T], section: str, data: dict[str, Any] | None) -> T:
@@ -277,6 +367,7 @@ class Params:
     sweep: SweepConfig = field(default_factory=SweepConfig)
     ablation: AblationConfig = field(default_factory=AblationConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     backbone_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -285,16 +376,16 @@ class Params:
         (a hub id or a folder) if set, else the name itself."""
         return str((self.backbone_overrides.get(backbone) or {}).get("source", backbone))
 
-    def train_config(self, backbone: str, loss: str, seed: int) -> TrainConfig:
-        """The train section with the backbone's overrides and this matrix item's loss and seed."""
+    def train_config(self, backbone: str, loss: str, seed: int, **changes: Any) -> TrainConfig:
+        """The train section with the backbone's overrides, this matrix item's loss and seed, and
+        ``changes`` (train keys) on top."""
         over = {k: v for k, v in (self.backbone_overrides.get(backbone) or {}).items() if k != "source"}
-        merged = {
-            **{f.name: getattr(self.train, f.name) for f in fields(TrainConfig)},
-            **over,
-            "loss": loss,
-            "seed": seed,
-        }
-        return from_dict(TrainConfig, f"train (backbone {backbone})", merged)
+        merged = {**self.train.to_dict(), **over, "loss": loss, "seed": seed, **changes}
+        return TrainConfig.from_mapping(f"train (backbone {backbone})", merged)
+
+    def with_changes(self, **sections: Any) -> Params:
+        """A copy with whole sections replaced (e.g. ``eval=...``)."""
+        return _with(self, "params", **sections)
 
     @property
     def ablation_backbone(self) -> str:
@@ -304,16 +395,19 @@ class Params:
     def ablation_train_config(self, kind: str, value: float) -> TrainConfig:
         """One ablation item's train config: ``kind`` ``tau`` sets the temperature (m from train),
         ``m`` sets m (temperature from train); ``ablation.max_steps`` steps of ``ablation.loss``."""
-        keys = {"tau": "temperature", "m": "m"}
-        if kind not in keys:
-            raise ConfigError(f"ablation kind {kind!r}: expected one of {', '.join(keys)}")
-        base = self.train_config(self.ablation_backbone, self.ablation.loss, self.ablation.seed)
-        merged = {
-            **{f.name: getattr(base, f.name) for f in fields(TrainConfig)},
-            keys[kind]: value,
-            "max_steps": self.ablation.max_steps,
-        }
-        return from_dict(TrainConfig, f"ablation ({kind}={value})", merged)
+        from focalcse.layout import ABLATION_KINDS
+
+        if kind not in ABLATION_KINDS:
+            raise ConfigError(f"ablation kind {kind!r}: expected one of {', '.join(ABLATION_KINDS)}")
+        key = ABLATION_KINDS[kind]
+        ab = self.ablation
+        if key != "temperature" and key not in loss_spec(ab.loss).hyper_names:
+            raise ConfigError(
+                f"params ablation.loss = {ab.loss!r}: the {kind} ablation needs a loss with {key!r}"
+            )
+        return self.train_config(
+            self.ablation_backbone, ab.loss, ab.seed, **{key: value, "max_steps": ab.max_steps}
+        )
 
 
 SECTIONS = {
@@ -324,8 +418,9 @@ SECTIONS = {
     "sweep": SweepConfig,
     "ablation": AblationConfig,
     "report": ReportConfig,
+    "tracking": TrackingConfig,
 }
-OTHER_SECTIONS = ("backbone_overrides", "benchmark", "tracking")
+OTHER_SECTIONS = ("backbone_overrides", "benchmark")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
@@ -341,7 +436,12 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise ConfigError(
             f"{path}: unknown section(s) {unknown}; allowed: {', '.join([*SECTIONS, *OTHER_SECTIONS])}"
         )
-    built = {name: from_dict(cls, name, raw.get(name)) for name, cls in SECTIONS.items()}
+    built = {
+        name: TrainConfig.from_mapping(name, raw.get(name))
+        if cls is TrainConfig
+        else from_dict(cls, name, raw.get(name))
+        for name, cls in SECTIONS.items()
+    }
     overrides = raw.get("backbone_overrides") or {}
     if not isinstance(overrides, dict):
         raise ConfigError(
@@ -366,7 +466,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 def check_backbone(name: str, source: str) -> None:
     """A sweep backbone needs a path-safe name and a source that is the offline default, an existing
     model folder, or a well-formed hub id (its existence on the hub is checked when it is loaded)."""
-    from focalcse.model import resolve_backbone
+    from focalcse.core.backbones import resolve_backbone
 
     if not _NAME.match(name):
         _fail(
@@ -386,7 +486,3 @@ def check_backbone(name: str, source: str) -> None:
             source,
             "all-MiniLM-L6-v2, an existing model folder, or a hub id like org/name",
         )
-
-
-def replace(cfg: T, **changes: Any) -> T:
-    return dataclasses.replace(cfg, **changes)  # type: ignore[type-var]

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from focalcse.losses import cosine_matrix, loss_from_logits
+from focalcse.core.losses.base import cosine_matrix
 
 RANK_SEED_STRIDE = 1_000_003  # rank r seeds its RNG with seed + r * stride: rank 0 keeps the run's seed
 
@@ -104,8 +104,7 @@ def global_contrastive_loss(
 
     Rows: the local first views ``z1`` (n_r, d); columns: all ranks' second views (N, d), gathered
     with gradient; row i's positive is column ``offset_r + i``. Works for any loss module with
-    ``logits(sim, positive_offset)`` (:class:`~focalcse.losses.InfoNCE`,
-    :class:`~focalcse.losses.FocalInfoNCE`).
+    ``loss_from_sim(sim, positive_offset)``: every :class:`~focalcse.core.losses.base.ContrastiveLoss`.
 
     Args:
         loss_module: the single-process loss.
@@ -129,8 +128,8 @@ def global_contrastive_loss(
     total = sum(sizes)
     offset = sum(sizes[:rank])
     z2_all = _GatherWithGrad.apply(z2, sizes, group)  # (N, d): every rank's second views
-    logits = loss_module.logits(cosine_matrix(z1, z2_all), positive_offset=offset)  # (n_r, N)
-    local = loss_from_logits(logits, positive_offset=offset) * (z1.shape[0] * world / total)  # J_r
+    sim = cosine_matrix(z1, z2_all)  # (n_r, N)
+    local = loss_module.loss_from_sim(sim, positive_offset=offset) * (z1.shape[0] * world / total)  # J_r
     with torch.no_grad():
         mean = local.detach().clone()
         dist.all_reduce(mean, op=dist.ReduceOp.SUM, group=group)
@@ -149,8 +148,8 @@ class GlobalBatchLoss(nn.Module):
         self.base = base
         self.group = group
 
-    def logits(self, sim: torch.Tensor, positive_offset: int = 0) -> torch.Tensor:
-        return self.base.logits(sim, positive_offset)
+    def loss_from_sim(self, sim: torch.Tensor, positive_offset: int = 0) -> torch.Tensor:
+        return self.base.loss_from_sim(sim, positive_offset)
 
     def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
         return global_contrastive_loss(self.base, z1, z2, self.group)
@@ -257,14 +256,6 @@ class DistributedContext:
         yield
         if self.is_main:
             self.barrier()
-
-    def all_reduce_sum(self, value: float) -> float:
-        """Sum of a Python number over ranks (e.g. sentences seen)."""
-        if not self.distributed:
-            return value
-        t = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return float(t.item())
 
 
 def init_distributed(backend: str | None = None) -> DistributedContext:

@@ -29,10 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import ConfigError, Params
+from focalcse.config import Params
+from focalcse.data.tasks import TASKS
+from focalcse.layout import Layout, run_name, safe_name, stage_name
 
-DB_NAME = "mlflow.db"
-ARTIFACT_DIR = "mlartifacts"
 CHECK_TIMEOUT_S = 3.0
 FLUSH_SECONDS = 5.0  # buffered per-step metrics reach the store at least this often
 _BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch
@@ -61,7 +61,7 @@ def repo_root(start: str | os.PathLike | None = None) -> Path:
 
 def tracking_uri(root: str | os.PathLike | None = None) -> str:
     """``MLFLOW_TRACKING_URI`` or ``sqlite:///<repo root>/mlflow.db``."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root(root) / DB_NAME}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Layout.at(repo_root(root)).mlflow_db}"
 
 
 def redact(uri: str) -> str:
@@ -118,17 +118,8 @@ def check_tracking_uri(uri: str, timeout: float = CHECK_TIMEOUT_S) -> None:
 
 
 def experiment_name(params: Params) -> str:
-    """``tracking.experiment`` of the parameter set (validated here: the section is free-form)."""
-    section = params.raw.get("tracking") or {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"params tracking = {section!r}: expected a mapping with key 'experiment'")
-    unknown = sorted(set(section) - {"experiment"})
-    if unknown:
-        raise ConfigError(f"params tracking: unknown key(s) {unknown}; allowed: experiment")
-    name = section.get("experiment", "default")
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"params tracking.experiment = {name!r}: expected a non-empty string")
-    return name
+    """The MLflow experiment of the parameter set: ``tracking.experiment``."""
+    return params.tracking.experiment
 
 
 def params_hash(params: Params) -> str:
@@ -193,7 +184,7 @@ def client_and_experiment(params: Params, uri: str | None = None) -> tuple[Any, 
             return client, exp.experiment_id, uri
         location = None
         if uri.startswith("sqlite:///"):  # absolute, so runs from any cwd (or DVC temp copy) agree
-            location = (_sqlite_path(uri).parent / ARTIFACT_DIR).as_uri()
+            location = Layout.at(_sqlite_path(uri).parent).mlflow_artifacts.as_uri()
         exp_id = client.create_experiment(name, artifact_location=location, tags={"param_set": name})
         return client, exp_id, uri
 
@@ -302,16 +293,12 @@ def train_run(params: Params, backbone: str, loss: str, seed: int) -> Iterator[T
     if not enabled():
         yield _NoRun()
         return
-    from dataclasses import asdict
-
     from mlflow.entities import Param, RunTag
-
-    from focalcse.pipeline import run_name
 
     cfg = params.train_config(backbone, loss, seed)  # ConfigError before touching the store
     client, exp_id, uri = client_and_experiment(params)
     tags = {
-        **_base_tags(params, f"train@{backbone}-{loss}-{seed}"),
+        **_base_tags(params, stage_name("train", backbone, loss, seed)),
         "backbone": backbone,
         "loss": loss,
         "seed": str(seed),
@@ -321,7 +308,7 @@ def train_run(params: Params, backbone: str, loss: str, seed: int) -> Iterator[T
     run_id = run.info.run_id
     print(f"MLflow run {run_id} in experiment {experiment_name(params)!r} at {redact(uri)}")
     values = {
-        **flatten(asdict(cfg), "train."),
+        **flatten(cfg.to_dict(), "train."),
         "backbone": backbone,
         "backbone_source": params.backbone_source(backbone),
         "data.num_sentences": str(params.data.num_sentences),
@@ -347,13 +334,10 @@ def train_run(params: Params, backbone: str, loss: str, seed: int) -> Iterator[T
 
 
 # ---------------------------------------------------------------- evaluation
-EVAL_KEYS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-
-
 def eval_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The scalar metrics of an evaluation result: the tasks, ``sts_avg``, ``wmean_avg``,
     ``alignment``, ``uniformity``."""
-    out = {k: float(result[k]) for k in EVAL_KEYS if k in result}
+    out = {k: float(result[k]) for k in TASKS if k in result}
     if "avg" in result:
         out["sts_avg"] = float(result["avg"])
     if isinstance(result.get("wmean"), dict) and "avg" in result["wmean"]:
@@ -391,11 +375,9 @@ def log_evaluation(
         return None
     from mlflow.entities import Metric, Param, RunTag
 
-    from focalcse.pipeline import run_name
-
     client, exp_id, uri = client_and_experiment(params)
     run_id = find_train_run(client, exp_id, model_dir)
-    stage = os.environ.get("DVC_STAGE", f"evaluate@{backbone}-{loss}-{seed}")
+    stage = os.environ.get("DVC_STAGE", stage_name("evaluate", backbone, loss, seed))
     tags = {"dvc_stage_evaluate": stage, "evaluated": "true"}
     if run_id is None:
         base = {**_base_tags(params, stage), "backbone": backbone, "loss": loss, "seed": str(seed)}
@@ -479,25 +461,14 @@ def _significance_metrics(path: Path) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for backbone, entry in (data.get("backbones") or {}).items() if isinstance(data, dict) else ():
-        key = backbone.replace("/", "__")
+        key = safe_name(backbone)
         for loss, summ in (entry.get("losses") or {}).items():
             for stat in ("mean", "std"):
                 value = (summ.get("avg") or {}).get(stat)
                 if isinstance(value, (int, float)) and value == value:
                     out[f"{key}.{loss}.avg_{stat}"] = float(value)
-        p = ((entry.get("ttest") or {}).get("avg") or {}).get("p_value")
-        if isinstance(p, (int, float)) and p == p:
-            out[f"{key}.ttest_avg_p"] = float(p)
+        for loss, tests in (entry.get("ttest") or {}).items():
+            p = ((tests or {}).get("avg") or {}).get("p_value")
+            if isinstance(p, (int, float)) and p == p:
+                out[f"{key}.{loss}.ttest_avg_p"] = float(p)
     return out
-
-
-# ---------------------------------------------------------------- reading back
-def load_encoder(run_id: str, uri: str | None = None, dst: str | os.PathLike | None = None):
-    """Download a train run's ``model`` artifact and load it as a ``SentenceEncoder``."""
-    from mlflow import MlflowClient
-
-    from focalcse.model import SentenceEncoder
-
-    client = MlflowClient(tracking_uri=uri or tracking_uri())
-    path = client.download_artifacts(run_id, "model", dst_path=str(dst) if dst else None)
-    return SentenceEncoder.from_pretrained(path)

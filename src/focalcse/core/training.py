@@ -1,4 +1,4 @@
-"""Unsupervised SimCSE training with InfoNCE or Focal-InfoNCE.
+"""Unsupervised SimCSE training with any registered contrastive loss (InfoNCE, Focal-InfoNCE, ...).
 
 Each batch of N sentences is encoded twice in train mode in one forward over the concatenated
 (2N, L) batch, so the two dropout masks give two views; the loss compares view 1 with view 2. AdamW,
@@ -12,7 +12,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -23,12 +22,13 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from focalcse.atomic import recover_dir, replace_dir, staged_dir
 from focalcse.config import TrainConfig
-from focalcse.distributed import DistributedContext
-from focalcse.evaluation import autocast_context, pad_batch
-from focalcse.gradcache import two_view_loss
-from focalcse.losses import build_loss
-from focalcse.model import SentenceEncoder
+from focalcse.core.distributed import DistributedContext
+from focalcse.core.encode import autocast_context, pad_batch
+from focalcse.core.gradcache import two_view_loss
+from focalcse.core.losses import build_loss
+from focalcse.core.model import SentenceEncoder
 
 MetricsCallback = Callable[[dict[str, float], int], None]
 
@@ -90,6 +90,31 @@ def batch_order(n: int, batch_size: int, epochs: int, seed: int) -> list[list[in
     return batches
 
 
+@dataclass
+class _Loop:
+    """Everything one training run holds between steps (built by :func:`_setup`)."""
+
+    encoder: SentenceEncoder
+    model: nn.Module  # `encoder`, or its DDP wrapper
+    loss_fn: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    batches: list[list[int]]
+    ids_column: Any
+    pad_id: int
+    device: torch.device
+    ckpt: Checkpointer
+    ckpt_every: int
+    best_dir: Path
+    work: Path
+    result: TrainResult
+    start_step: int
+
+    @property
+    def total(self) -> int:
+        return len(self.batches)
+
+
 def train(
     encoder: SentenceEncoder,
     corpus: Any,
@@ -123,21 +148,85 @@ def train(
         resume: continue from the last checkpoint in ``work_dir`` when it was written by a run with the
             same config and corpus size (model, optimizer, scheduler, RNG states, data position and
             best-so-far are restored, so the result equals an uninterrupted run).
-        parallel: this process's place in a ``torchrun`` job (:func:`focalcse.distributed.init_distributed`);
+        parallel: this process's place in a ``torchrun`` job (:func:`focalcse.core.distributed.init_distributed`);
             ``cfg.batch_size`` is then the global batch, split over the ranks, and the loss uses the
             global batch's negatives. Only rank 0 evaluates, saves, checkpoints and logs. None: one process.
     """
     output_dir = Path(output_dir)
     work = Path(work_dir) if work_dir is not None else output_dir.parent / f".{output_dir.name}.work"
-    best_dir = work / "best"
     parallel = parallel or DistributedContext()
     if not parallel.is_main:  # rank 0 alone evaluates, saves, logs and shows progress
         dev_evaluator, log_metrics, progress = None, _no_log, False
+    loop = _setup(encoder, corpus, cfg, work, parallel, resume)
+    if loop.start_step and progress:
+        tqdm.write(f"resuming {cfg.loss} seed {cfg.seed} from step {loop.start_step} ({loop.ckpt.folder})")
+
+    def evaluate(step: int) -> None:
+        if dev_evaluator is not None:
+            _evaluate_dev(loop, step, dev_evaluator, log_metrics, save_extra)
+
+    if cfg.eval_at_start and loop.start_step == 0:
+        evaluate(0)
+    encoder.train()
+    total, result = loop.total, loop.result
+    bar = tqdm(
+        total=total,
+        initial=loop.start_step,
+        desc=f"train {cfg.loss} seed {cfg.seed}",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    for step, idx in enumerate(loop.batches[loop.start_step :], start=loop.start_step + 1):
+        t0 = time.perf_counter()
+        try:
+            loss, lr = _step(loop, cfg, idx, parallel, step)
+        except NonFiniteLossError:
+            bar.close()
+            raise
+        result.train_seconds += time.perf_counter() - t0
+        result.sentences_seen += len(idx)
+        if step % cfg.log_every == 0 or step == total:
+            metrics = {"loss": float(loss.item()), "lr": float(lr)}
+            result.history.append({"step": step, **metrics})
+            log_metrics(metrics, step)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.4f}", best=f"{result.best_dev:.2f}")
+        if dev_evaluator is not None and (step % cfg.eval_steps == 0 or step == total):
+            evaluate(step)
+            encoder.train()
+        if step % loop.ckpt_every == 0 and step < total:
+            # every rank's RNG (its own dropout masks): a resumed job continues each rank's stream
+            rng = parallel.all_gather_object(rng_state())
+            if parallel.is_main:
+                loop.ckpt.save(step, encoder, loop.optimizer, loop.scheduler, result, rng_ranks=rng)
+    bar.close()
+    if parallel.is_main:
+        if dev_evaluator is None:
+            result.best_step = total
+            encoder.save(loop.best_dir, extra=_extra(save_extra, total, None))
+        replace_dir(loop.best_dir, output_dir)
+        shutil.rmtree(work, ignore_errors=True)
+    parallel.barrier()  # the other ranks return once the model is in place
+    t = result.train_seconds
+    result.sentences_per_second = result.sentences_seen / t if t > 0 else 0.0
+    result.peak_memory_mb = _peak_memory_mb(loop.device)
+    return result
+
+
+def _setup(
+    encoder: SentenceEncoder,
+    corpus: Any,
+    cfg: TrainConfig,
+    work: Path,
+    parallel: DistributedContext,
+    resume: bool,
+) -> _Loop:
+    """Seed, place the model, build loss / optimizer / schedule / batches, and restore a checkpoint."""
     torch.manual_seed(parallel.rank_seed(cfg.seed))  # rank 0 keeps cfg.seed
     device = torch.device(cfg.device)
     encoder.to(device)
     model = parallel.wrap_model(encoder)  # DDP under torchrun; `encoder` is evaluated and saved
-    loss_fn = parallel.wrap_loss(build_loss(cfg.loss, cfg.temperature, cfg.m))
+    loss_fn = parallel.wrap_loss(build_loss(cfg.loss, cfg.temperature, **cfg.loss_kwargs()))
     ids_column = corpus["input_ids"] if not isinstance(corpus, list) else corpus
     n = len(ids_column)
     batches = batch_order(n, cfg.batch_size, cfg.epochs, cfg.seed)
@@ -155,7 +244,6 @@ def train(
     optimizer = torch.optim.AdamW(encoder.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     # Linear decay to 0 over the run, no warm-up (SimCSE / HF Trainer defaults).
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total))
-    pad_id = encoder.tokenizer.pad_token_id or 0
     result = TrainResult(
         best_step=-1,
         best_dev=-math.inf,
@@ -164,85 +252,71 @@ def train(
         sentences_per_second=0.0,
         peak_memory_mb=0.0,
     )
-    fingerprint = {"config": asdict(cfg), "sentences": n, "steps": total}
+    fingerprint = {"config": cfg.to_dict(), "sentences": n, "steps": total}
     if parallel.distributed:  # the sharding depends on it: resume only with the same number of ranks
         fingerprint["world_size"] = parallel.world_size
     ckpt = Checkpointer(work / "last", fingerprint=fingerprint)
-    ckpt_every = cfg.checkpoint_steps or cfg.eval_steps
     start_step = ckpt.load(encoder, optimizer, scheduler, result, rank=parallel.rank) if resume else 0
-    if start_step and progress:
-        tqdm.write(f"resuming {cfg.loss} seed {cfg.seed} from step {start_step} ({ckpt.folder})")
-
-    def evaluate(step: int) -> None:
-        if dev_evaluator is None:
-            return
-        dev = float(dev_evaluator(encoder))
-        result.dev_curve.append({"step": step, "stsb_dev_spearman": dev})
-        log_metrics({"stsb_dev_spearman": dev}, step)
-        if step > 0 and dev > result.best_dev:
-            result.best_step, result.best_dev = step, dev
-            encoder.save(best_dir, extra=_extra(save_extra, step, dev))
-
-    if cfg.eval_at_start and start_step == 0:
-        evaluate(0)
-    encoder.train()
-    bar = tqdm(
-        total=total,
-        initial=start_step,
-        desc=f"train {cfg.loss} seed {cfg.seed}",
-        disable=not progress,
-        dynamic_ncols=True,
+    return _Loop(
+        encoder=encoder,
+        model=model,
+        loss_fn=loss_fn,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        batches=batches,
+        ids_column=ids_column,
+        pad_id=encoder.tokenizer.pad_token_id or 0,
+        device=device,
+        ckpt=ckpt,
+        ckpt_every=cfg.checkpoint_steps or cfg.eval_steps,
+        best_dir=work / "best",
+        work=work,
+        result=result,
+        start_step=start_step,
     )
-    for step, idx in enumerate(batches[start_step:], start=start_step + 1):
-        t0 = time.perf_counter()
-        ids, mask = pad_batch([ids_column[i] for i in parallel.shard(idx)], pad_id)  # this rank's part
-        ids2, mask2 = (
-            torch.cat([ids, ids]).to(device),
-            torch.cat([mask, mask]).to(device),
-        )  # (2N, L): two views
-        with autocast_context(device, cfg.precision):
-            # forward (2N, L) -> (2N, d), loss of view 1 vs view 2; in chunks with GradCache
-            loss = two_view_loss(model, loss_fn, ids2, mask2, cfg.grad_cache_chunk)
-        if not torch.isfinite(loss):
-            bar.close()
-            raise NonFiniteLossError(
-                f"loss is {loss.item()} at step {step} (loss={cfg.loss}, lr={cfg.lr}, temperature={cfg.temperature}); "
-                f"training stopped. Last good checkpoint: {ckpt.folder} (step {ckpt.step}); "
-                f"best model so far: {best_dir} (step {result.best_step})"
-            )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        lr = scheduler.get_last_lr()[0]
-        scheduler.step()
-        result.train_seconds += time.perf_counter() - t0
-        result.sentences_seen += len(idx)
-        if step % cfg.log_every == 0 or step == total:
-            metrics = {"loss": float(loss.item()), "lr": float(lr)}
-            result.history.append({"step": step, **metrics})
-            log_metrics(metrics, step)
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.4f}", best=f"{result.best_dev:.2f}")
-        if dev_evaluator is not None and (step % cfg.eval_steps == 0 or step == total):
-            evaluate(step)
-            encoder.train()
-        if step % ckpt_every == 0 and step < total:
-            # every rank's RNG (its own dropout masks): a resumed job continues each rank's stream
-            rng = parallel.all_gather_object(rng_state())
-            if parallel.is_main:
-                ckpt.save(step, encoder, optimizer, scheduler, result, rng_ranks=rng)
-    bar.close()
-    if parallel.is_main:
-        if dev_evaluator is None:
-            result.best_step = total
-            encoder.save(best_dir, extra=_extra(save_extra, total, None))
-        _publish(best_dir, output_dir)
-        shutil.rmtree(work, ignore_errors=True)
-    parallel.barrier()  # the other ranks return once the model is in place
-    t = result.train_seconds
-    result.sentences_per_second = result.sentences_seen / t if t > 0 else 0.0
-    result.peak_memory_mb = _peak_memory_mb(device)
-    return result
+
+
+def _step(
+    loop: _Loop, cfg: TrainConfig, idx: list[int], parallel: DistributedContext, step: int
+) -> tuple[torch.Tensor, float]:
+    """One optimizer step on global batch ``idx``; returns the loss and the learning rate it used."""
+    ids, mask = pad_batch([loop.ids_column[i] for i in parallel.shard(idx)], loop.pad_id)  # this rank's part
+    ids2, mask2 = (
+        torch.cat([ids, ids]).to(loop.device),
+        torch.cat([mask, mask]).to(loop.device),
+    )  # (2N, L): two views
+    with autocast_context(loop.device, cfg.precision):
+        # forward (2N, L) -> (2N, d), loss of view 1 vs view 2; in chunks with GradCache
+        loss = two_view_loss(loop.model, loop.loss_fn, ids2, mask2, cfg.grad_cache_chunk)
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(
+            f"loss is {loss.item()} at step {step} (loss={cfg.loss}, lr={cfg.lr}, temperature={cfg.temperature}); "
+            f"training stopped. Last good checkpoint: {loop.ckpt.folder} (step {loop.ckpt.step}); "
+            f"best model so far: {loop.best_dir} (step {loop.result.best_step})"
+        )
+    loop.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    loop.optimizer.step()
+    lr = loop.scheduler.get_last_lr()[0]
+    loop.scheduler.step()
+    return loss, lr
+
+
+def _evaluate_dev(
+    loop: _Loop,
+    step: int,
+    dev_evaluator: Callable[[SentenceEncoder], float],
+    log_metrics: MetricsCallback,
+    save_extra: dict[str, Any] | None,
+) -> None:
+    """Score STS-B dev; keep the model in ``best_dir`` if it is the best so far (never at step 0)."""
+    result = loop.result
+    dev = float(dev_evaluator(loop.encoder))
+    result.dev_curve.append({"step": step, "stsb_dev_spearman": dev})
+    log_metrics({"stsb_dev_spearman": dev}, step)
+    if step > 0 and dev > result.best_dev:
+        result.best_step, result.best_dev = step, dev
+        loop.encoder.save(loop.best_dir, extra=_extra(save_extra, step, dev))
 
 
 class Checkpointer:
@@ -271,9 +345,7 @@ class Checkpointer:
         process's only). Optimizer and scheduler states are the same on every DDP rank."""
         from safetensors.torch import save_model
 
-        self.folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".last.", dir=self.folder.parent))
-        try:
+        with staged_dir(self.folder) as tmp:
             save_model(encoder, str(tmp / "model.safetensors"))
             state = {
                 "fingerprint": self.fingerprint,
@@ -284,14 +356,6 @@ class Checkpointer:
                 "result": json.dumps(result.to_dict()),
             }
             torch.save(state, tmp / "state.pt")
-            old = self.folder.with_name(self.folder.name + ".old")
-            if self.folder.exists():
-                os.replace(self.folder, old)
-            os.replace(tmp, self.folder)
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         self.step = step
 
     def load(self, encoder: nn.Module, optimizer, scheduler, result: TrainResult, rank: int = 0) -> int:
@@ -299,9 +363,7 @@ class Checkpointer:
         (0 when none is usable)."""
         from safetensors.torch import load_model
 
-        old = self.folder.with_name(self.folder.name + ".old")
-        if not (self.folder / "state.pt").is_file() and (old / "state.pt").is_file():
-            os.replace(old, self.folder)  # killed between the two renames of save()
+        recover_dir(self.folder)  # killed between the two renames of save()
         state_file = self.folder / "state.pt"
         if not state_file.is_file():
             return 0
@@ -334,14 +396,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _publish(src: Path, dest: Path) -> None:
-    """Move the finished model folder into place, replacing an older one."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(src, dest)
-
-
 def _extra(extra: dict[str, Any] | None, step: int, dev: float | None) -> dict[str, Any]:
     return {**(extra or {}), "best_step": step, "stsb_dev_spearman": dev}
 
@@ -355,8 +409,3 @@ def _peak_memory_mb(device: torch.device) -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     except ImportError:  # pragma: no cover
         return float("nan")
-
-
-def output_path(root: str | os.PathLike, backbone: str, loss: str, seed: int) -> Path:
-    """``<root>/<backbone>/<loss>/seed<k>``, with the backbone reference made path-safe."""
-    return Path(root) / backbone.replace("/", "__") / loss / f"seed{seed}"

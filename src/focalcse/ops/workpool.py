@@ -31,7 +31,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from focalcse.orchestration import (
+from focalcse.layout import Layout
+from focalcse.ops.orchestration import (
     DETERMINISTIC,
     TRANSIENT,
     StageError,
@@ -45,7 +46,8 @@ from focalcse.orchestration import (
 WORKDIR_ENV = "FOCALCSE_WORKDIR"  # where a worker keeps its checkouts and shared DVC cache
 DEFAULT_WORKDIR = Path("~/.cache/focalcse/pool")
 # Files the pipeline itself rewrites in a checkout; they may differ from the commit.
-PIPELINE_OUTPUTS = ("dvc.lock", "metrics/", "reports/")
+_LAYOUT = Layout()
+PIPELINE_OUTPUTS = ("dvc.lock", f"{_LAYOUT.metrics_dir}/", f"{_LAYOUT.reports_dir}/")  # what a run may change
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
 
@@ -228,7 +230,7 @@ def push_run_cache(repo: str | os.PathLike, what: str, env: dict[str, str] | Non
         raise StageError(f"push after {what}", proc.returncode, kind, output.strip()[-2000:])
     # DVC resolves stage paths against the working directory: run it there, in its own process.
     proc = subprocess.run(
-        [sys.executable, "-m", "focalcse.workpool"],
+        [sys.executable, "-m", "focalcse.ops.workpool"],
         cwd=repo,
         env=env or stage_env(),
         capture_output=True,

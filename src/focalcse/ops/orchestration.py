@@ -370,7 +370,7 @@ def run_dvc_stage(
     Upstream stages are not checked (the caller runs them first, in topological order); with
     ``single_item=False`` DVC brings them up to date first. ``pull`` adds ``--pull``: DVC fetches the
     default remote's run-cache and restores a stage whose command, deps and params it has seen there
-    instead of running it (see :mod:`focalcse.workpool`). Progress-bar
+    instead of running it (see :mod:`focalcse.ops.workpool`). Progress-bar
     refreshes (tqdm redraws with a carriage return; they arrive here as lines) are passed on at most
     once per ``progress_every_s`` and kept out of the captured output, so that logs and error tails
     stay readable.

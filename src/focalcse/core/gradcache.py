@@ -85,8 +85,8 @@ def cached_contrastive_loss(
 
     Args:
         model: the encoder, or a DDP wrapper of it: ``model(input_ids=, attention_mask=) -> (B, d)``.
-        loss_fn: ``loss_fn(z1, z2) -> scalar``, e.g. a :mod:`focalcse.losses` module or a
-            :class:`focalcse.distributed.GlobalBatchLoss`.
+        loss_fn: ``loss_fn(z1, z2) -> scalar``, e.g. a :mod:`focalcse.core.losses` module or a
+            :class:`focalcse.core.distributed.GlobalBatchLoss`.
         input_ids: (2N, L) token ids, first views then second views.
         attention_mask: (2N, L).
         chunk_size: sequences per forward (each sentence counts twice, once per view).

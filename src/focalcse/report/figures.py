@@ -1,5 +1,6 @@
 """The report's figures (matplotlib, Agg backend, PNG): Figure 1, training curves, alignment-uniformity,
-ablation curves. Plotting lives here and in :mod:`focalcse.report` only, never in the core modules."""
+ablation curves. Plotting lives here and in :mod:`focalcse.report` only, never in the core modules.
+Each loss is drawn in the colour its registry ``SPEC`` declares (:func:`focalcse.report.labels.loss_color`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-LOSS_COLORS = {"infonce": "#1f77b4", "focal_infonce": "#d62728"}
+from focalcse.report.labels import loss_color
+
 UP_COLOR, DOWN_COLOR = "#ff7f0e", "#2ca02c"  # the paper's Figure 1: orange up-, green down-weighted
 DPI = 110
 
@@ -30,10 +32,6 @@ def _save(fig: Any, path: str | os.PathLike) -> Path:
     fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     _pyplot().close(fig)
     return path
-
-
-def loss_color(loss: str) -> str:
-    return LOSS_COLORS.get(loss, "#7f7f7f")
 
 
 def rescaled_logit(s: np.ndarray, m: float) -> np.ndarray:
@@ -147,15 +145,18 @@ def ablation_curves(
     defaults: Mapping[str, float],
     title: str,
     path: str | os.PathLike,
+    *,
+    loss: str,
 ) -> Path:
     """STS-B test Spearman against the swept value, one panel per swept parameter
-    (``series[name] = [(value, spearman), ...]``); the train default is marked."""
+    (``series[name] = [(value, spearman), ...]``), in the colour of ``loss`` (the loss the ablation
+    trains); the train default is marked."""
     plt = _pyplot()
     names = [n for n in series if series[n]]
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(4.6 * max(1, len(names)), 3.4), squeeze=False)
     for ax, name in zip(axes[0], names):
         pts = sorted(series[name])
-        ax.plot([v for v, _ in pts], [y for _, y in pts], marker="o", color=loss_color("focal_infonce"))
+        ax.plot([v for v, _ in pts], [y for _, y in pts], marker="o", color=loss_color(loss))
         if name in defaults:
             ax.axvline(defaults[name], color="grey", ls=":", lw=1, label=f"train default {defaults[name]:g}")
             ax.legend(fontsize=8)

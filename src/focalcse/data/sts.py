@@ -18,35 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-
-# Subsets and gold-scored pair counts (SentEval's; method.md / shared/data/README.md).
-STS_YEAR_SUBSETS: dict[str, dict[str, int]] = {
-    "STS12": {
-        "MSRpar": 750,
-        "MSRvid": 750,
-        "SMTeuroparl": 459,
-        "surprise.OnWN": 750,
-        "surprise.SMTnews": 399,
-    },
-    "STS13": {"FNWN": 189, "headlines": 750, "OnWN": 561},
-    "STS14": {
-        "deft-forum": 450,
-        "deft-news": 300,
-        "headlines": 750,
-        "images": 750,
-        "OnWN": 750,
-        "tweet-news": 750,
-    },
-    "STS15": {"answers-forums": 375, "answers-students": 750, "belief": 375, "headlines": 750, "images": 750},
-    "STS16": {
-        "answer-answer": 254,
-        "headlines": 249,
-        "plagiarism": 230,
-        "postediting": 244,
-        "question-question": 209,
-    },
-}
 STSB_COUNTS = {"train": 5749, "dev": 1500, "test": 1379}
 SICK_COUNTS = {"train": 4500, "trial": 500, "test": 4927}
 SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
@@ -110,13 +81,14 @@ def _check_count(what: str, got: int, expected: int | None, check: bool) -> None
         raise StsDataError(f"{what}: {got} scored pairs, expected {expected}")
 
 
-def read_sts_year(root: str | os.PathLike, task: str, check_counts: bool = True) -> StsSplit:
-    """One STS12-16 task: every subset, pairs with a blank gold line skipped."""
-    if task not in STS_YEAR_SUBSETS:
-        raise ValueError(f"unknown STS year task {task!r}; expected one of {', '.join(STS_YEAR_SUBSETS)}")
+def read_sts_year(
+    root: str | os.PathLike, task: str, subsets: dict[str, int], check_counts: bool = True
+) -> StsSplit:
+    """One STS12-16 task: every subset (``{name: expected scored pairs}``), pairs with a blank gold
+    line skipped."""
     folder = Path(root) / "STS" / f"{task}-en-test"
     split = StsSplit(task)
-    for subset, expected in STS_YEAR_SUBSETS[task].items():
+    for subset, expected in subsets.items():
         inp, gs = folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
         in_lines, gs_lines = _read_lines(inp), _read_lines(gs)
         if len(in_lines) != len(gs_lines):
@@ -184,25 +156,10 @@ def read_sick(root: str | os.PathLike, split: str = "test", check_counts: bool =
     return StsSplit("SICKRelatedness", {split: (s1, s2, scores)})
 
 
-def read_task(root: str | os.PathLike, task: str, check_counts: bool = True) -> StsSplit:
-    """The evaluation split of ``task`` from a SentEval ``downstream`` folder (STS-B/SICK: test)."""
-    if task == "STSBenchmark":
-        return read_stsb(root, "test", check_counts)
-    if task == "SICKRelatedness":
-        return read_sick(root, "test", check_counts)
-    return read_sts_year(root, task, check_counts)
-
-
 # ---------------------------------------------------------------- normalised files
 # The prepare_sts stage writes one TSV per task/split: subset \t score \t sentence1 \t sentence2,
 # plus manifest.json with the counts. Readers of a prepared folder need no SentEval parsing.
 MANIFEST = "manifest.json"
-PREPARED_SPLITS = {
-    **{t: t for t in STS_YEAR_SUBSETS},
-    "STSBenchmark": "STSBenchmark",
-    "SICKRelatedness": "SICKRelatedness",
-}
-
 
 def write_prepared(splits: Iterable[tuple[str, StsSplit]], out_dir: str | os.PathLike, source: str) -> dict:
     """Write ``<key>.tsv`` for each (key, split) and ``manifest.json``; returns the manifest."""
@@ -253,13 +210,3 @@ def read_prepared(folder: str | os.PathLike, key: str) -> StsSplit:
 
 def is_prepared(folder: str | os.PathLike) -> bool:
     return (Path(folder) / MANIFEST).is_file()
-
-
-def load_split(folder: str | os.PathLike, key: str, check_counts: bool = True) -> StsSplit:
-    """``key`` (a task name, ``STSBenchmark-dev`` or ``STSBenchmark-train``) from a prepared folder or a
-    SentEval ``downstream`` folder."""
-    if is_prepared(folder):
-        return read_prepared(folder, key)
-    if key.startswith("STSBenchmark-"):
-        return read_stsb(folder, key.split("-", 1)[1], check_counts)
-    return read_task(folder, key, check_counts)

@@ -1,0 +1,221 @@
+"""The loss registry. Importing it needs no torch.
+
+A loss is one module in this folder (or any importable module named by :func:`register_module` or
+the ``FOCALCSE_LOSS_MODULES`` environment variable) that defines
+
+* ``SPEC``: a literal dict with the loss's ``name``, its ``class``, the report's ``label`` and
+  ``color``, and ``hyper``: its own hyper-parameters (``{key: {"default", "min", "max", "help"}}``);
+* the class named there, a :class:`~focalcse.core.losses.base.ContrastiveLoss` taking
+  ``temperature`` plus those hyper-parameters as keyword arguments.
+
+``SPEC`` is read from the source with :func:`ast.literal_eval`, so config validation, the report and
+the Prefect process learn every loss's name, hyper-parameters, label and colour without importing
+torch; the module itself is imported only when :func:`build_loss` builds that loss.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PLUGINS_ENV = "FOCALCSE_LOSS_MODULES"  # comma-separated extra loss modules (seen by stage subprocesses)
+_PACKAGE = __name__
+_HERE = Path(__file__).parent
+_NOT_LOSSES = {"__init__", "base"}
+
+
+@dataclass(frozen=True)
+class HyperParam:
+    """One hyper-parameter a loss declares: a number with a default and an allowed range."""
+
+    name: str
+    default: float
+    min: float | None = None
+    max: float | None = None
+    help: str = ""
+
+    def allowed(self) -> str:
+        if self.min is not None and self.max is not None:
+            return f"a number in [{self.min}, {self.max}]"
+        if self.min is not None:
+            return f"a number >= {self.min}"
+        if self.max is not None:
+            return f"a number <= {self.max}"
+        return "a number"
+
+    def check(self, value: Any) -> str | None:
+        """None if ``value`` is allowed, else what is expected."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return self.allowed()
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            return self.allowed()
+        return None
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """What the rest of the project knows about a loss without importing it."""
+
+    name: str
+    module: str  # import path of the module that defines the class
+    cls: str
+    label: str
+    color: str
+    hyper: tuple[HyperParam, ...] = ()
+    source: str = ""  # the module's file (a train item's DVC dependency)
+
+    @property
+    def hyper_names(self) -> tuple[str, ...]:
+        return tuple(h.name for h in self.hyper)
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        return {h.name: h.default for h in self.hyper}
+
+
+class LossRegistryError(ValueError):
+    """A loss module whose SPEC is missing or malformed, or a name registered twice."""
+
+
+def read_spec(path: str | os.PathLike, module: str) -> LossSpec:
+    """The ``SPEC`` literal of the loss module at ``path``, without importing it."""
+    path = Path(path)
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SPEC" for t in node.targets):
+            try:
+                raw = ast.literal_eval(node.value)
+            except ValueError as err:
+                raise LossRegistryError(f"{path}: SPEC must be a literal dict ({err})") from err
+            return _spec(raw, module, path)
+    raise LossRegistryError(f"{path}: no SPEC = {{...}} at module level; see focalcse.core.losses")
+
+
+def _spec(raw: Any, module: str, path: Path) -> LossSpec:
+    need = {"name", "class", "label", "color"}
+    if not isinstance(raw, dict) or not need <= set(raw):
+        raise LossRegistryError(f"{path}: SPEC needs the keys {sorted(need)} (and optional 'hyper')")
+    hyper = []
+    for key, h in (raw.get("hyper") or {}).items():
+        if not isinstance(h, dict) or "default" not in h:
+            raise LossRegistryError(f"{path}: SPEC hyper {key!r} needs at least a 'default'")
+        hyper.append(HyperParam(key, h["default"], h.get("min"), h.get("max"), h.get("help", "")))
+        if hyper[-1].check(h["default"]):
+            raise LossRegistryError(
+                f"{path}: SPEC hyper {key!r} default {h['default']!r} is out of its range"
+            )
+    return LossSpec(
+        name=raw["name"],
+        module=module,
+        cls=raw["class"],
+        label=raw["label"],
+        color=raw["color"],
+        hyper=tuple(hyper),
+        source=str(path),
+    )
+
+
+_REGISTRY: dict[str, LossSpec] = {}
+
+
+def _discover() -> None:
+    if _REGISTRY:
+        return
+    for path in sorted(_HERE.glob("*.py")):
+        if path.stem not in _NOT_LOSSES:
+            _add(read_spec(path, f"{_PACKAGE}.{path.stem}"))
+    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        register_module(module)
+
+
+def _add(spec: LossSpec) -> LossSpec:
+    known = _REGISTRY.get(spec.name)
+    if known is not None and known.module != spec.module:
+        raise LossRegistryError(f"loss {spec.name!r} is registered twice: {known.module} and {spec.module}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def register_module(module: str) -> LossSpec:
+    """Register the loss defined in importable module ``module`` (read without importing it)."""
+    _discover()
+    found = importlib.util.find_spec(module)
+    if found is None or not found.origin:
+        raise LossRegistryError(f"loss module {module!r} not found on the Python path")
+    return _add(read_spec(found.origin, module))
+
+
+def loss_names() -> tuple[str, ...]:
+    """Every registered loss name, built-ins first (alphabetical), then plugins."""
+    _discover()
+    return tuple(_REGISTRY)
+
+
+def loss_spec(name: str) -> LossSpec:
+    """The spec of loss ``name``; ValueError naming the registered losses if unknown."""
+    _discover()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown loss {name!r}; expected one of {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def hyper_params() -> dict[str, HyperParam]:
+    """Every hyper-parameter some registered loss declares, by key (first declaration wins)."""
+    out: dict[str, HyperParam] = {}
+    for name in loss_names():
+        for h in _REGISTRY[name].hyper:
+            out.setdefault(h.name, h)
+    return out
+
+
+def loss_class(name: str) -> type:
+    """Import the module of loss ``name`` and return its class."""
+    spec = loss_spec(name)
+    return getattr(importlib.import_module(spec.module), spec.cls)
+
+
+def build_loss(name: str, temperature: float, **hyper: float) -> Any:
+    """The loss module ``name`` with temperature ``temperature`` and its own hyper-parameters.
+
+    Keys in ``hyper`` that ``name`` does not declare are ignored (a train config carries the keys of
+    every loss it was merged from); missing ones take the spec's default.
+    """
+    spec = loss_spec(name)
+    kwargs = {**spec.defaults, **{k: v for k, v in hyper.items() if k in spec.hyper_names}}
+    return loss_class(name)(temperature=temperature, **kwargs)
+
+
+_LAZY = {
+    "ContrastiveLoss": "base",
+    "cosine_matrix": "base",
+    "loss_from_logits": "base",
+    "positive_mask": "base",
+    "InfoNCE": "infonce",
+    "infonce_logits": "infonce",
+    "FocalInfoNCE": "focal_infonce",
+    "focal_logits": "focal_infonce",
+}
+
+
+def __getattr__(name: str) -> Any:  # the tensor code loads torch only when asked for
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{_PACKAGE}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "HyperParam",
+    "LossSpec",
+    "build_loss",
+    "hyper_params",
+    "loss_class",
+    "loss_names",
+    "loss_spec",
+    "register_module",
+    *_LAZY,
+]

@@ -1,0 +1,150 @@
+"""Where every output lives and what every run is called: the one owner of paths and run names.
+
+``dvc.yaml`` declares the same paths (``tests/test_layout.py`` checks them against this module);
+stages, steps, the report, tracking and the work pool all ask a :class:`Layout`. Paths are relative
+to the repository root unless the layout is given another ``root``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# The matrix keys of the stages that fan out (dvc.yaml ``matrix``), in the order they name an item.
+ABLATION_KINDS = {"tau": "temperature", "m": "m"}  # ablate_<kind>: the train key each kind sweeps
+
+
+def safe_name(backbone: str) -> str:
+    """A backbone reference as a path component (``org/name`` -> ``org__name``)."""
+    return backbone.replace("/", "__")
+
+
+def run_name(backbone: str, loss: str, seed: int) -> str:
+    """``<backbone>-<loss>-seed<k>``: one matrix item in file names and tracking."""
+    return f"{safe_name(backbone)}-{loss}-seed{seed}"
+
+
+def stage_name(stage: str, backbone: str, loss: str, seed: int) -> str:
+    """The DVC name of a ``train`` / ``evaluate`` matrix item (``train@<backbone>-<loss>-<seed>``)."""
+    return f"{stage}@{backbone}-{loss}-{seed}"
+
+
+@dataclass(frozen=True)
+class TrainItem:
+    """A ``train`` item's inputs and outputs (the keyword arguments of :func:`focalcse.steps.train`)."""
+
+    corpus_file: Path
+    sts_dir: Path
+    model_dir: Path
+    metrics_file: Path
+    curve_file: Path
+    dev_file: Path
+
+    @property
+    def json_outputs(self) -> tuple[Path, Path, Path]:
+        """The metrics and curve files (logged as MLflow artifacts next to the model)."""
+        return (self.metrics_file, self.curve_file, self.dev_file)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path of a checkout (``root``: the repository root)."""
+
+    root: Path = Path(".")
+
+    @classmethod
+    def at(cls, root: str | os.PathLike) -> Layout:
+        return cls(Path(root))
+
+    # ---------------------------------------------------------------- data
+    @property
+    def corpus_file(self) -> Path:
+        return self.root / "data" / "corpus" / "train.txt"
+
+    @property
+    def sts_dir(self) -> Path:
+        return self.root / "data" / "sts"
+
+    # ---------------------------------------------------------------- models
+    @property
+    def models_dir(self) -> Path:
+        return self.root / "models"
+
+    def model_dir(self, backbone: str, loss: str, seed: int) -> Path:
+        return self.models_dir / safe_name(backbone) / loss / f"seed{seed}"
+
+    # ---------------------------------------------------------------- metrics
+    @property
+    def metrics_dir(self) -> Path:
+        return self.root / "metrics"
+
+    @property
+    def train_metrics_dir(self) -> Path:
+        return self.metrics_dir / "train"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.metrics_dir / "eval"
+
+    @property
+    def curves_dir(self) -> Path:
+        return self.metrics_dir / "curves"
+
+    @property
+    def ablation_dir(self) -> Path:
+        return self.metrics_dir / "ablation"
+
+    @property
+    def significance_file(self) -> Path:
+        return self.metrics_dir / "significance.json"
+
+    @property
+    def hard_negatives_file(self) -> Path:
+        return self.metrics_dir / "hard_negatives.json"
+
+    def train_metrics(self, backbone: str, loss: str, seed: int) -> Path:
+        return self.train_metrics_dir / f"{run_name(backbone, loss, seed)}.json"
+
+    def loss_curve(self, backbone: str, loss: str, seed: int) -> Path:
+        return self.curves_dir / "loss" / f"{run_name(backbone, loss, seed)}.json"
+
+    def dev_curve(self, backbone: str, loss: str, seed: int) -> Path:
+        return self.curves_dir / "dev" / f"{run_name(backbone, loss, seed)}.json"
+
+    def eval_metrics(self, backbone: str, loss: str, seed: int) -> Path:
+        return self.eval_dir / f"{run_name(backbone, loss, seed)}.json"
+
+    def ablation_metrics(self, kind: str, value: str) -> Path:
+        """``value`` as ``dvc.yaml`` renders the swept number (``0.1``, ``0.05``): it names the file."""
+        if kind not in ABLATION_KINDS:
+            raise ValueError(f"ablation kind {kind!r}: expected one of {', '.join(ABLATION_KINDS)}")
+        return self.ablation_dir / f"{kind}-{value}.json"
+
+    def train_item(self, backbone: str, loss: str, seed: int) -> TrainItem:
+        return TrainItem(
+            corpus_file=self.corpus_file,
+            sts_dir=self.sts_dir,
+            model_dir=self.model_dir(backbone, loss, seed),
+            metrics_file=self.train_metrics(backbone, loss, seed),
+            curve_file=self.loss_curve(backbone, loss, seed),
+            dev_file=self.dev_curve(backbone, loss, seed),
+        )
+
+    # ---------------------------------------------------------------- report
+    @property
+    def reports_dir(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.reports_dir / "figures"
+
+    # ---------------------------------------------------------------- tracking
+    @property
+    def mlflow_db(self) -> Path:
+        return self.root / "mlflow.db"
+
+    @property
+    def mlflow_artifacts(self) -> Path:
+        return self.root / "mlartifacts"

@@ -1,0 +1,1 @@
+"""Operations: MLflow tracking, DVC orchestration helpers and the Prefect work pool."""

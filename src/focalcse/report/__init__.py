@@ -1,0 +1,20 @@
+"""The report: published numbers, the tables as an ordered list of sections, rendering, figures.
+
+* :mod:`~focalcse.report.published` (+ ``published.yaml``): the published rows shown beside ours;
+* :mod:`~focalcse.report.data`: the pipeline outputs it reads (:func:`load_report_data`);
+* :mod:`~focalcse.report.labels`: loss labels / colours and task columns, from the registries;
+* :mod:`~focalcse.report.sections`: the tables and figures, one function per section, in
+  :data:`SECTIONS` order;
+* :mod:`~focalcse.report.render`: the document model, Markdown and HTML;
+* :mod:`~focalcse.report.figures`: the PNGs (matplotlib);
+* :mod:`~focalcse.report.build`: :func:`build_report`, which writes it all atomically.
+"""
+
+from __future__ import annotations
+
+from focalcse.report.build import build_report
+from focalcse.report.data import ReportData, load_report_data
+from focalcse.report.published import PUBLISHED, PublishedRow
+from focalcse.report.sections import SECTIONS
+
+__all__ = ["PUBLISHED", "SECTIONS", "PublishedRow", "ReportData", "build_report", "load_report_data"]

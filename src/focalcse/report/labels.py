@@ -1,0 +1,52 @@
+"""What the report calls things, from the registries: a loss's label and colour from its ``SPEC``
+(:mod:`focalcse.core.losses`, read without torch), a task's column label from :mod:`focalcse.data.tasks`.
+
+A name no registry knows (e.g. a loss in an old metrics file) is shown as it is, in grey.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from focalcse.config import Params
+from focalcse.core.losses import loss_spec
+from focalcse.data.tasks import TASKS, display_name
+
+UNKNOWN_COLOR = "#7f7f7f"
+AVG = "avg"
+AVG_LABEL = "Avg."
+
+
+def loss_label(loss: str) -> str:
+    """The report label of loss ``loss`` (its SPEC's ``label``), else the name itself."""
+    try:
+        return loss_spec(loss).label
+    except ValueError:
+        return loss
+
+
+def loss_color(loss: str) -> str:
+    """The plot colour of loss ``loss`` (its SPEC's ``color``), else grey."""
+    try:
+        return loss_spec(loss).color
+    except ValueError:
+        return UNKNOWN_COLOR
+
+
+def column_label(key: str) -> str:
+    """A score column's label: a task's display name, ``Avg.`` for ``avg``, other keys as they are."""
+    return AVG_LABEL if key == AVG else display_name(key)
+
+
+def metric_keys(tasks: Iterable[str]) -> list[str]:
+    """The registered tasks among ``tasks``, in registry order, then ``avg``."""
+    wanted = set(tasks)
+    return [*(t for t in TASKS if t in wanted), AVG]
+
+
+def metric_columns(params: Params, significance: Mapping[str, Any]) -> list[str]:
+    """Table 2's columns: the evaluated tasks (``eval.tasks``) in registry order, then ``avg``; only
+    those some loss of ``significance`` has a summary of."""
+    present = {k for e in significance["backbones"].values() for summ in e["losses"].values() for k in summ}
+    return [k for k in metric_keys(params.eval.tasks) if k in present]

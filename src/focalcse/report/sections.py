@@ -1,0 +1,409 @@
+"""The report's sections, in the order they appear: :data:`SECTIONS`.
+
+A section is a function ``(ctx) -> None`` that appends its heading, paragraphs, tables and figures
+to ``ctx.doc`` (and records each figure it draws in ``ctx.paths``). Adding a table to the report is
+writing one such function and putting it in :data:`SECTIONS`; the renderers, the HTML page and the
+build need no change. The table builders (``table2`` ...) are pure: params and data in, a
+:class:`~focalcse.report.render.Table` out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from focalcse.config import Params, TrainConfig
+from focalcse.layout import ABLATION_KINDS
+from focalcse.report import figures
+from focalcse.report.data import ReportData
+from focalcse.report.labels import column_label, loss_label, metric_columns
+from focalcse.report.published import published_rows
+from focalcse.report.render import (
+    MISSING,
+    Doc,
+    Figure,
+    Table,
+    fmt,
+    fmt_diff,
+    fmt_p,
+    fmt_seconds,
+    fmt_summary,
+)
+
+TITLE = "Focal-InfoNCE reproduction report"
+ABLATION_SYMBOLS = {"tau": "τ", "m": "m"}
+ABLATION_TABLES = {"tau": 4, "m": 5}  # the paper's table number of each ablation kind
+
+Digits = int | str  # decimals, or a format spec such as ".3g"
+
+
+@dataclass
+class Context:
+    """What a section reads (params, data, provenance) and where it writes (the doc, figures)."""
+
+    params: Params
+    data: ReportData
+    doc: Doc
+    out: Path  # the report folder being built; figures go under out/figures
+    params_file: str = "params.yaml"
+    commit: str = "unknown"
+    paths: dict[str, Path] = field(default_factory=dict)  # figure key -> PNG
+
+    @property
+    def fig_dir(self) -> Path:
+        return self.out / "figures"
+
+    def add_figure(self, key: str, path: Path, caption: str) -> None:
+        self.paths[key] = path
+        self.doc.figure(Figure(path, caption))
+
+
+Section = Callable[[Context], None]
+
+
+# ---------------------------------------------------------------- table builders
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def loss_rows(
+    params: Params, sig: dict[str, Any], backbone: str, columns: Sequence[tuple[str, Digits]]
+) -> tuple[list[list[str]], list[str]]:
+    """Rows and row classes shared by Tables 2 and 3: per sweep loss, ours (mean ± std over seeds);
+    per loss tested against the baseline, its Δ mean and paired t-test p; one cell per column."""
+    entry = sig["backbones"][backbone]
+    rows, classes = [], []
+    for loss in [x for x in params.sweep.losses if x in entry["losses"]]:
+        summ = entry["losses"][loss]
+        rows.append(
+            [f"{loss_label(loss)}, ours", str(len(entry["seeds"][loss]))]
+            + [fmt_summary(summ.get(k), d) for k, d in columns]
+        )
+        classes.append("ours")
+    baseline = loss_label(sig["baseline"])
+    for loss, tests in entry.get("ttest", {}).items():
+        n = str(len(entry["paired_seeds"][loss]))
+        pair = f"{loss_label(loss)} − {baseline}"
+        rows.append([f"Δ mean ({pair})", n] + [fmt_diff(tests.get(k), d) for k, d in columns])
+        rows.append([f"paired t-test p ({pair})", n] + [fmt_p(tests.get(k)) for k, _ in columns])
+        classes += ["test", "test"]
+    return rows, classes
+
+
+def table2(params: Params, data: ReportData, backbone: str) -> Table:
+    """Per backbone: ours (mean ± std over seeds) per loss, Δ and paired t-test p per column for each
+    loss against the baseline, and the published rows where the backbone has them."""
+    sig = data.significance
+    cols = metric_columns(params, sig)
+    header = ["Model", "seeds", *[column_label(c) for c in cols]]
+    rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols])
+    published = published_rows(backbone, params.backbone_source(backbone))
+    for r in published:
+        rows.append([f"Published: {r.label} [{r.source}]", MISSING] + [fmt(r.scores.get(c)) for c in cols])
+        classes.append("published")
+    seeds = ", ".join(str(s) for s in params.sweep.seeds)
+    caption = (
+        f'Spearman × 100, SimCSE\'s "all" setting, mean ± std (ddof 1) over seeds {seeds}; '
+        f"two-sided paired t-test over matched seeds, * = p < {sig['alpha']}."
+    )
+    if published:
+        caption += " Italic rows: published numbers (not produced here), each with its source."
+    else:
+        caption += (
+            " No published numbers exist for this backbone: compare the losses with each other, "
+            "not with the paper's absolute numbers."
+        )
+    return Table(
+        f"Table 2 — {backbone} (source `{params.backbone_source(backbone)}`)", header, rows, caption, classes
+    )
+
+
+# (key, column, format): alignment / uniformity to 3 significant digits, Spearman to 2 decimals
+TABLE3_KEYS: tuple[tuple[str, str, Digits], ...] = (
+    ("alignment", "Alignment ↓", ".3g"),
+    ("uniformity", "Uniformity ↓", ".3g"),
+    ("STSBenchmark", column_label("STSBenchmark"), 2),
+)
+
+
+def table3(params: Params, data: ReportData, backbone: str) -> Table:
+    """Alignment, uniformity (STS-B test; lower is better) and STS-B Spearman per loss, mean ± std."""
+    header = ["Model", "seeds", *[label for _, label, _ in TABLE3_KEYS]]
+    rows, classes = loss_rows(params, data.significance, backbone, [(k, d) for k, _, d in TABLE3_KEYS])
+    caption = (
+        "Alignment = E‖f(x)−f(y)‖² over STS-B test pairs with gold > 4; uniformity = log E e^{−2‖f(x)−f(y)‖²} "
+        "over all STS-B test sentences; L2-normalised vectors (Wang & Isola, 2020). The paper's Table 3 "
+        "numbers were lost in the captured text, so no published row is shown."
+    )
+    return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
+
+
+def _train_value(cfg: TrainConfig, key: str) -> float | None:
+    """A train config's ``temperature`` or loss hyper-parameter ``key``; None if its loss has none."""
+    if key == "temperature":
+        return cfg.temperature
+    try:
+        return cfg.hyper_value(key)
+    except KeyError:
+        return None
+
+
+def ablation_defaults(params: Params) -> dict[str, float | None]:
+    """Per ablation kind, the value the ablation's train config has (None: its loss lacks the key)."""
+    ab = params.ablation
+    base = params.train_config(params.ablation_backbone, ab.loss, ab.seed)
+    return {kind: _train_value(base, key) for kind, key in ABLATION_KINDS.items()}
+
+
+def ablation_table(params: Params, data: ReportData, kind: str) -> Table:
+    """Table 4 (``tau``) or 5 (``m``): STS-B test Spearman per swept value."""
+    sym = ABLATION_SYMBOLS[kind]
+    ab = params.ablation
+    defaults = ablation_defaults(params)
+    default = defaults[kind]
+    rows, classes = [], []
+    for value, item in data.ablation.get(kind, []):
+        mark = " (train default)" if default is not None and math.isclose(value, default) else ""
+        if item is None:
+            rows.append([f"{value:g}{mark}", "not run", MISSING, MISSING])
+        else:
+            rows.append(
+                [
+                    f"{value:g}{mark}",
+                    fmt(item["STSBenchmark"]),
+                    fmt(item["stsb_dev_best"]),
+                    str(item["best_step"]),
+                ]
+            )
+        classes.append("ours")
+    others = "".join(
+        f", {ABLATION_SYMBOLS[k]} = {v:g}" for k, v in defaults.items() if k != kind and v is not None
+    )
+    steps = f"{ab.max_steps} steps" if ab.max_steps else "the whole sample"
+    caption = (
+        f"{loss_label(ab.loss)} on `{params.ablation_backbone}`, seed {ab.seed}, {steps} per value{others}; "
+        "STS-B test Spearman × 100 of the best-on-STS-B-dev checkpoint (one seed: differences of a "
+        "point or two are within seed noise)."
+    )
+    return Table(
+        f"Table {ABLATION_TABLES[kind]} — effect of {sym}",
+        [sym, "STS-B test", "best STS-B dev", "best step"],
+        rows,
+        caption,
+        classes,
+    )
+
+
+def hard_negatives_table(params: Params, hn: dict[str, Any], backbone: str) -> Table:
+    entry = hn["backbones"][backbone]
+    losses = [k for k in entry["mean_cos"] if k != "start"]
+    header = ["#", "sentence 1", "sentence 2", "gold", "cos start"] + [f"cos {loss_label(x)}" for x in losses]
+    rows = []
+    for i, p in enumerate(entry["pairs"], 1):
+        rows.append(
+            [str(i), p["sentence1"], p["sentence2"], fmt(p["gold"]), fmt(p["cos"]["start"], 3)]
+            + [fmt(p["cos"][x], 3) for x in losses]
+        )
+    rows.append(
+        ["mean", f"all {entry['candidates']} candidate pairs", "", f"≤ {hn['max_gold']:g}"]
+        + [fmt(entry["mean_cos"]["start"], 3)]
+        + [fmt(entry["mean_cos"][x], 3) for x in losses]
+    )
+    caption = (
+        f"STS-B train pairs with gold ≤ {hn['max_gold']:g} (of 5), the {hn['k']} of highest cosine under the "
+        f"starting model (`{entry['source']}`, pooler `{entry['start_pooler']}`), and their cosine after "
+        f"training with each loss (seed {hn['seed']}). The last row is the mean over all candidates: "
+        "models differ in anisotropy, so compare each pair with its model's mean."
+    )
+    return Table(
+        f"Hardest negatives — {backbone}",
+        header,
+        rows,
+        caption,
+        ["" for _ in rows[:-1]] + ["test"],
+        text_columns=(1, 2),
+    )
+
+
+# ---------------------------------------------------------------- provenance
+def _metas(data: ReportData) -> list[dict[str, Any]]:
+    metas = [r.get("meta", {}) for r in [*data.evals.values(), *data.trains.values()]]
+    metas += [it.get("meta", {}) for items in data.ablation.values() for _, it in items if it]
+    if data.hard_negatives:
+        metas.append(data.hard_negatives.get("meta", {}))
+    return metas
+
+
+def wall_times(data: ReportData) -> dict[str, tuple[float, int]]:
+    """Seconds and file count per stage, from the wall times the metrics files record."""
+    out = {
+        "train": [r["wall_seconds"] for r in data.trains.values() if r.get("wall_seconds") is not None],
+        "evaluate": [
+            r["meta"]["wall_time_s"]
+            for r in data.evals.values()
+            if r.get("meta", {}).get("wall_time_s") is not None
+        ],
+        "ablate_tau / ablate_m": [
+            it["wall_seconds"]
+            for items in data.ablation.values()
+            for _, it in items
+            if it and "wall_seconds" in it
+        ],
+        "hard_negatives": [data.hard_negatives["wall_seconds"]]
+        if data.hard_negatives and "wall_seconds" in data.hard_negatives
+        else [],
+    }
+    return {k: (float(sum(v)), len(v)) for k, v in out.items()}
+
+
+def _hardware_text(hw: dict[str, Any]) -> str:
+    text = f"{hw.get('platform', '?')}, {hw.get('cpu_count', '?')} CPUs ({hw.get('torch_threads', '?')} torch threads)"
+    return text + (f", GPU {hw['gpu']}" if hw.get("gpu") else ", no GPU")
+
+
+def provenance_items(params: Params, data: ReportData, params_file: str, commit: str) -> list[str]:
+    metas = _metas(data)
+    commits = sorted({m["git_commit"] for m in metas if m.get("git_commit")})
+    hardware = sorted({_hardware_text(m["hardware"]) for m in metas if m.get("hardware")})
+    versions = next((m["versions"] for m in metas if m.get("versions")), {})
+    experiment = (params.raw.get("tracking") or {}).get("experiment", "unnamed")
+    walls = wall_times(data)
+    total = sum(s for s, _ in walls.values())
+    return [
+        f"Report built at commit `{commit}`; the metrics it reads were produced at "
+        + (", ".join(f"`{c}`" for c in commits) if commits else "an unknown commit"),
+        f"Parameter set: `{experiment}` (tracking.experiment) from `{params_file}`",
+        "Backbones: " + "; ".join(f"`{b}` ← `{params.backbone_source(b)}`" for b in params.sweep.backbones),
+        f"Losses: {', '.join(params.sweep.losses)}; seeds: {', '.join(str(s) for s in params.sweep.seeds)}",
+        "Hardware: " + ("; ".join(hardware) if hardware else "not recorded"),
+        "Versions: " + (", ".join(f"{k} {v}" for k, v in versions.items()) if versions else "not recorded"),
+        f"Wall time: {fmt_seconds(total)} ({total:.1f} s), the sum of the stage wall times recorded in the "
+        "metrics files (process start-up and the sample, prepare_sts, significance and report stages not "
+        "included): "
+        + "; ".join(f"{k} {s:.1f} s ({n} file{'s' if n != 1 else ''})" for k, (s, n) in walls.items()),
+    ]
+
+
+# ---------------------------------------------------------------- sections
+def intro(ctx: Context) -> None:
+    losses = _and([f"with {loss_label(loss)}" for loss in ctx.params.sweep.losses])
+    ctx.doc.p(
+        "Hou & Li, “Improving Contrastive Learning of Sentence Embeddings with Focal-InfoNCE” "
+        f"(Findings of EMNLP 2023, arXiv 2310.06918): unsupervised SimCSE trained {losses} "
+        "from the same starting model, several seeds each. Generated by the DVC `report` "
+        "stage from the pipeline's metrics files; every number below comes from those files, except rows "
+        "marked as published."
+    )
+
+
+def provenance(ctx: Context) -> None:
+    ctx.doc.h2("What produced this report")
+    ctx.doc.bullets(provenance_items(ctx.params, ctx.data, ctx.params_file, ctx.commit))
+
+
+def sts_tables(ctx: Context) -> None:
+    ctx.doc.h2("Table 2: STS tasks (Spearman × 100)")
+    for b in ctx.data.significance["backbones"]:
+        ctx.doc.table(table2(ctx.params, ctx.data, b))
+
+
+def alignment_uniformity(ctx: Context) -> None:
+    ctx.doc.h2("Table 3: alignment, uniformity and STS-B")
+    for b in ctx.data.significance["backbones"]:
+        ctx.doc.table(table3(ctx.params, ctx.data, b))
+    points = [
+        {
+            "backbone": b,
+            "loss": loss,
+            "seed": seed,
+            "alignment": ev["alignment"],
+            "uniformity": ev["uniformity"],
+        }
+        for (b, loss, seed), ev in ctx.data.evals.items()
+        if "alignment" in ev and "uniformity" in ev
+    ]
+    if points:
+        ctx.add_figure(
+            "alignment_uniformity",
+            figures.alignment_uniformity(points, ctx.fig_dir / "alignment_uniformity.png"),
+            "Alignment against uniformity on STS-B test, one point per run (label = seed); lower-left is better.",
+        )
+
+
+def ablations(ctx: Context) -> None:
+    params, data = ctx.params, ctx.data
+    ctx.doc.h2("Tables 4 and 5: τ and m ablations (STS-B test)")
+    for kind in ABLATION_TABLES:
+        ctx.doc.table(ablation_table(params, data, kind))
+    series = {
+        ABLATION_SYMBOLS[k]: [(v, it["STSBenchmark"]) for v, it in items if it]
+        for k, items in data.ablation.items()
+    }
+    if any(series.values()):
+        defaults = {ABLATION_SYMBOLS[k]: v for k, v in ablation_defaults(params).items() if v is not None}
+        ctx.add_figure(
+            "ablation",
+            figures.ablation_curves(
+                series,
+                defaults,
+                f"{params.ablation.loss} on {params.ablation_backbone}: STS-B test vs τ and m",
+                ctx.fig_dir / "ablation.png",
+                loss=params.ablation.loss,
+            ),
+            "Tables 4 and 5 as curves (STS-B test Spearman × 100).",
+        )
+
+
+def focal_figure(ctx: Context) -> None:
+    ctx.doc.h2("Figure 1: how Focal-InfoNCE rescales negatives")
+    ctx.add_figure(
+        "figure1",
+        figures.figure1(ctx.params.report.figure1_ms, ctx.fig_dir / "figure1.png"),
+        "Figure 1: the negative logit s(s+m) (times τ) against InfoNCE's s. Orange: rescaled logit above "
+        "InfoNCE's (hard negatives, s > 1−m; also s < 0, rare for in-batch negatives); green: below it "
+        "(easy negatives, 0 < s < 1−m, down-weighted).",
+    )
+
+
+def training_curves(ctx: Context) -> None:
+    ctx.doc.h2("Training curves")
+    ctx.doc.p(
+        "Training loss and STS-B dev Spearman against step, per loss (colour) and seed (line style); the "
+        "model kept is the best on dev. Also declared as DVC plots (`dvc plots show`)."
+    )
+    for b in ctx.params.sweep.backbones:
+        runs = {(loss, seed): c for (bb, loss, seed), c in ctx.data.curves.items() if bb == b}
+        if runs:
+            key = f"curves_{b.replace('/', '__')}"
+            ctx.add_figure(
+                key,
+                figures.training_curves(runs, f"Training curves: {b}", ctx.fig_dir / f"{key}.png"),
+                f"Loss and STS-B dev Spearman vs step, {b}.",
+            )
+
+
+def hard_negatives(ctx: Context) -> None:
+    ctx.doc.h2("Qualitative: the hardest negatives of STS-B train (§5.1)")
+    hn = ctx.data.hard_negatives
+    if hn:
+        for b in hn["backbones"]:
+            ctx.doc.table(hard_negatives_table(ctx.params, hn, b))
+    else:
+        ctx.doc.p("Not available: metrics/hard_negatives.json is missing (run the `hard_negatives` stage).")
+
+
+# The report, top to bottom.
+SECTIONS: list[Section] = [
+    intro,
+    provenance,
+    sts_tables,
+    alignment_uniformity,
+    ablations,
+    focal_figure,
+    training_curves,
+    hard_negatives,
+]

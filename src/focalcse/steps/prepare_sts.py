@@ -1,0 +1,22 @@
+"""Step ``prepare_sts``: every registered task's evaluation split plus the extra splits, read from
+SentEval's layout (counts checked) and written as normalised TSVs with a manifest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from focalcse.atomic import staged_dir
+from focalcse.config import Params
+from focalcse.data.sources import senteval_dir
+from focalcse.data.sts import write_prepared
+from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
+from focalcse.layout import Layout
+
+
+def run(params: Params, layout: Layout) -> dict[str, Any]:
+    """Read every task and extra split; ``layout.sts_dir`` appears only when all of them are valid."""
+    root = senteval_dir(params.data.mirror or None)
+    splits = [(key, read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)]
+    with staged_dir(layout.sts_dir) as tmp:
+        manifest = write_prepared(splits, tmp, source=str(root))
+    return manifest
