@@ -200,17 +200,30 @@ def train(
             if parallel.is_main:
                 loop.ckpt.save(step, encoder, loop.optimizer, loop.scheduler, result, rng_ranks=rng)
     bar.close()
+    _finish(loop, output_dir, parallel, keep_last=dev_evaluator is None, save_extra=save_extra)
+    return result
+
+
+def _finish(
+    loop: _Loop,
+    output_dir: Path,
+    parallel: DistributedContext,
+    keep_last: bool,
+    save_extra: dict[str, Any] | None,
+) -> None:
+    """Publish the kept model (the last one when there was no dev selection), drop the checkpoints,
+    and fill in the run's throughput and memory."""
+    result = loop.result
     if parallel.is_main:
-        if dev_evaluator is None:
-            result.best_step = total
-            encoder.save(loop.best_dir, extra=_extra(save_extra, total, None))
+        if keep_last:
+            result.best_step = loop.total
+            loop.encoder.save(loop.best_dir, extra=_extra(save_extra, loop.total, None))
         replace_dir(loop.best_dir, output_dir)
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(loop.work, ignore_errors=True)
     parallel.barrier()  # the other ranks return once the model is in place
     t = result.train_seconds
     result.sentences_per_second = result.sentences_seen / t if t > 0 else 0.0
     result.peak_memory_mb = _peak_memory_mb(loop.device)
-    return result
 
 
 def _setup(

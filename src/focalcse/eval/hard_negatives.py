@@ -9,6 +9,7 @@ import numpy as np
 import torch.nn.functional as F
 
 from focalcse.core.encode import encode
+from focalcse.data.sts import StsSplit
 
 
 def hardest_negatives(cosines: Any, gold: Any, max_gold: float, k: int) -> list[int]:
@@ -20,6 +21,20 @@ def hardest_negatives(cosines: Any, gold: Any, max_gold: float, k: int) -> list[
     candidates = np.flatnonzero(gold <= max_gold)
     order = sorted(candidates.tolist(), key=lambda i: (-cos[i], i))
     return order[:k]
+
+
+def candidate_pairs(split: StsSplit, max_gold: float) -> tuple[list[int], list[str], list[str], list[float]]:
+    """The pairs of ``split`` (subsets concatenated) with gold ``<= max_gold``: their indices, both
+    sentences, and the gold scores of every pair (indexed like the split)."""
+    s1, s2, gold = [], [], []
+    for a, b, g in split.subsets.values():
+        s1 += a
+        s2 += b
+        gold += g
+    cand = [i for i, g in enumerate(gold) if g <= max_gold]
+    if not cand:
+        raise ValueError(f"no STS-B train pair has gold <= report.hard_negative_max_gold={max_gold}")
+    return cand, [s1[i] for i in cand], [s2[i] for i in cand], gold
 
 
 def pair_cosines(

@@ -9,7 +9,7 @@ from focalcse.atomic import write_json
 from focalcse.config import Params
 from focalcse.core.model import SentenceEncoder
 from focalcse.data.tasks import load_split
-from focalcse.eval.hard_negatives import hardest_negatives, pair_cosines, start_eval_pooler
+from focalcse.eval.hard_negatives import candidate_pairs, hardest_negatives, pair_cosines, start_eval_pooler
 from focalcse.layout import Layout
 from focalcse.provenance import provenance
 
@@ -22,18 +22,9 @@ def run(params: Params, layout: Layout, progress: bool = True) -> dict[str, Any]
     mean cosine over all candidate pairs is recorded per model too (models differ in anisotropy).
     """
     rep, seed = params.report, params.sweep.seeds[0]
-    split = load_split(layout.sts_dir, "STSBenchmark-train")
-    s1, s2, gold = [], [], []
-    for a, b, g in split.subsets.values():
-        s1 += a
-        s2 += b
-        gold += g
-    cand = [i for i, g in enumerate(gold) if g <= rep.hard_negative_max_gold]
-    if not cand:
-        raise ValueError(
-            f"no STS-B train pair has gold <= report.hard_negative_max_gold={rep.hard_negative_max_gold}"
-        )
-    c1, c2 = [s1[i] for i in cand], [s2[i] for i in cand]
+    cand, c1, c2, gold = candidate_pairs(
+        load_split(layout.sts_dir, "STSBenchmark-train"), rep.hard_negative_max_gold
+    )
     start = time.perf_counter()
 
     def cosines(encoder: SentenceEncoder, device: str) -> list[float]:
