@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_encoder(args: argparse.Namespace):
-    from focalcse.model import SentenceEncoder
+    from focalcse.core.model import SentenceEncoder
 
     if args.backbone:
         return SentenceEncoder.from_pretrained(
@@ -82,7 +82,7 @@ def build_encoder(args: argparse.Namespace):
 
 def verify_gradcache(encoder, device: torch.device, vocab: int) -> float:
     """Max |grad difference| / max |grad| between plain autograd and GradCache (fp32, dropout on)."""
-    from focalcse.gradcache import _chunks, cached_contrastive_loss
+    from focalcse.core.gradcache import _chunks, cached_contrastive_loss
     from focalcse.losses import FocalInfoNCE
 
     n, chunk = 16, 8
@@ -119,9 +119,9 @@ def peak_memory_mb(device: torch.device) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from focalcse.distributed import cleanup, init_distributed
-    from focalcse.evaluation import autocast_context
-    from focalcse.gradcache import two_view_loss
+    from focalcse.core.distributed import cleanup, init_distributed
+    from focalcse.core.encode import autocast_context
+    from focalcse.core.gradcache import two_view_loss
     from focalcse.losses import build_loss
 
     ctx = init_distributed()
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(ctx.rank_seed(args.seed))
     model = ctx.wrap_model(encoder)
-    loss_fn = ctx.wrap_loss(build_loss(args.loss, args.temperature, args.m)).to(device)
+    loss_fn = ctx.wrap_loss(build_loss(args.loss, args.temperature, m=args.m)).to(device)
     optimizer = torch.optim.AdamW(encoder.parameters(), lr=args.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / args.steps))
     (local,) = ctx.shard_batches([list(range(args.batch_size))])

@@ -38,9 +38,9 @@ def child(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoConfig
 
-    from focalcse.gradcache import two_view_loss
+    from focalcse.core.gradcache import two_view_loss
+    from focalcse.core.model import SentenceEncoder
     from focalcse.losses import FocalInfoNCE
-    from focalcse.model import SentenceEncoder
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

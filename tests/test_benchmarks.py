@@ -1,0 +1,168 @@
+"""The benchmarks' wiring (fast, no model): modules import, CLIs parse, presets and task list, the
+results files' format, the worker subprocess plumbing. Nothing here times anything."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from focalcse.data.tasks import TASKS as REGISTRY
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH_DIR))  # the benchmarks import each other as top-level modules
+
+import bench  # noqa: E402
+import common  # noqa: E402
+import eval_speed  # noqa: E402
+import focal_overhead  # noqa: E402
+import gpu_check  # noqa: E402
+import gradcache_memory  # noqa: E402
+import quality  # noqa: E402
+import train_speed  # noqa: E402
+
+MEASUREMENT_MODULES = (train_speed, eval_speed, focal_overhead, quality)
+
+
+def test_task_list_is_the_registry():
+    assert tuple(REGISTRY) == common.TASKS
+    assert common.PRESETS["full"]["eval_tasks"] == ",".join(REGISTRY)
+    assert set(common.split_list(common.PRESETS["smoke"]["eval_tasks"])) <= set(REGISTRY)
+
+
+def test_every_measurement_is_a_module_with_run_summary_and_section():
+    assert {m.NAME for m in bench.MEASUREMENTS} == {"train", "eval", "loss", "quality"}
+    assert set(bench.MEASUREMENTS) == set(bench.SECTIONS) == set(MEASUREMENT_MODULES)
+    for module in MEASUREMENT_MODULES:
+        assert callable(module.run) and callable(module.markdown), module.__name__
+    for module in (train_speed, eval_speed, focal_overhead):
+        assert callable(module.summarise)
+
+
+def test_presets_share_keys_and_every_key_is_a_flag():
+    smoke, full = common.PRESETS["smoke"], common.PRESETS["full"]
+    assert smoke.keys() == full.keys()
+    for name, preset in common.PRESETS.items():
+        args = bench.parse_args(["--preset", name])
+        assert {k: getattr(args, k) for k in preset} == preset
+    args = bench.parse_args(["--preset", "full", "--train-steps", "1", "--eval-tasks", "STS12"])
+    assert (args.train_steps, args.eval_tasks, args.loss_steps) == (1, "STS12", full["loss_steps"])
+    assert set(common.split_list(full["train_sides"])) == set(common.TRAIN_SIDES)
+
+
+@pytest.mark.parametrize("parse", [bench.parse_args, gpu_check.parse_args])
+def test_help(parse, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse(["--help"])
+    assert exit_.value.code == 0
+    assert "--" in capsys.readouterr().out
+
+
+def test_gradcache_memory_help(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["gradcache_memory.py", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        gradcache_memory.main()
+    assert exit_.value.code == 0 and "--chunks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--only", "train,speed"], "--only"),
+        (["--eval-tasks", "STS12,STS99"], "--eval-tasks"),
+        (["--train-sides", "ours-fp16"], "--train-sides"),
+        (["--only", "quality", "--quality-sides", "ours-bf16"], "--quality-sides"),
+    ],
+)
+def test_bad_flags_stop_before_any_work(argv, message):
+    with pytest.raises(SystemExit, match=message):
+        bench.main(argv)
+
+
+@pytest.mark.parametrize(("raw", "md"), [("results.json", "RESULTS.md"), ("quality.json", "QUALITY.md")])
+def test_markdown_reproduces_the_committed_results(raw, md):
+    report = json.loads((BENCH_DIR / raw).read_text())
+    assert bench.markdown(report) + "\n" == (BENCH_DIR / md).read_text()
+
+
+def test_summaries_reproduce_the_committed_numbers():
+    report = json.loads((BENCH_DIR / "results.json").read_text())
+
+    def same(a, b):  # NaN-aware
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+    assert same(train_speed.summarise(report["train_raw"], report["config"]["batch_size"]), report["train"])
+    assert same(eval_speed.summarise(report["eval_raw"]), report["eval"])
+    assert same(focal_overhead.summarise(report["loss_raw"]), report["loss"])
+
+
+def test_step_intervals_drop_warmup():
+    assert common.step_intervals([1.0, 3.0, 6.0, 10.0], warmup=2) == [3.0, 4.0]
+    assert common.step_intervals([1.0, 3.0], warmup=0) == [2.0]
+
+
+def _bench(tmp_path: Path, **args) -> common.Bench:
+    ns = SimpleNamespace(batch_size=4, st_max_grad_norm=0.0, train_warmup=1, **args)
+    return common.Bench(ns, {"train"}, tmp_path, tmp_path / "corpus.txt", {"seed": 42, "batch_size": 4})
+
+
+def test_training_and_quality_runs_wire_specs_to_the_workers(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_worker(worker, spec, work, label):
+        calls.append((worker.__name__, spec, label))
+        return {
+            "step_seconds": [0.5],
+            "step_cpu_seconds": [1.0],
+            "sentences_per_second_total": 8.0,
+            "peak_rss_mb": 100.0,
+            "rss_before_train_mb": 50.0,
+            "tokenise_seconds": 0.0,
+            "stsb_dev_after": 70.0 + spec["seed"] * (1.5 if spec["precision"] == "bf16" else 1.0),
+        }
+
+    monkeypatch.setattr(train_speed, "run_worker", fake_worker)
+    monkeypatch.setattr(quality, "sample_corpus", lambda corpus, n, seed, dest: dest)
+    out = train_speed.run(_bench(tmp_path, train_reps=2, train_steps=3), ["ours-bf16", "st-fp32"])
+    assert [c[2] for c in calls] == [
+        "train-ours-bf16-0",
+        "train-st-fp32-0",
+        "train-st-fp32-1",
+        "train-ours-bf16-1",
+    ]
+    assert {c[0] for c in calls} == {"worker_train_ours", "worker_train_st"}
+    assert [c[1]["dev"] for c in calls] == [True, True, False, False]
+    assert out["train"]["ours-bf16"]["speedup_vs_st_fp32"] == 1.0
+
+    calls.clear()
+    qb = _bench(tmp_path, quality_seeds="1,2,3", quality_steps=2)
+    out = quality.run(qb, ["ours-bf16", "st-fp32"])["quality"]
+    assert [c[1]["seed"] for c in calls] == [1, 1, 2, 2, 3, 3]
+    assert out["dev"] == {"ours-bf16": [71.5, 73.0, 74.5], "st-fp32": [71.0, 72.0, 73.0]}
+    assert out["test"]["mean_diff"] == pytest.approx(1.0)
+
+
+def test_worker_subprocess_round_trip(tmp_path, monkeypatch):
+    (tmp_path / "fake_bench_worker.py").write_text(
+        textwrap.dedent(
+            """
+            def double(spec):
+                return {"twice": 2 * spec["x"]}
+
+            def broken(spec):
+                raise ValueError("no good " + spec["why"])
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    import fake_bench_worker
+
+    out = common.run_worker(fake_bench_worker.double, {"x": 21}, tmp_path, "ok")
+    assert out["twice"] == 42 and out["process_seconds"] > 0
+    with pytest.raises(RuntimeError, match="no good at all"):
+        common.run_worker(fake_bench_worker.broken, {"why": "at all"}, tmp_path, "bad")
