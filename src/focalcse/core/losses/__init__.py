@@ -85,12 +85,21 @@ class LossRegistryError(ValueError):
 def read_spec(path: str | os.PathLike, module: str) -> LossSpec:
     """The ``SPEC`` literal of the loss module at ``path``, without importing it."""
     path = Path(path)
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as err:
+        raise LossRegistryError(f"{path}: cannot be parsed ({err})") from err
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SPEC" for t in node.targets):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:  # SPEC: dict = {...}
+            targets = [node.target]
+        else:
+            continue
+        if any(getattr(t, "id", None) == "SPEC" for t in targets):
             try:
                 raw = ast.literal_eval(node.value)
-            except ValueError as err:
+            except (ValueError, TypeError, SyntaxError) as err:
                 raise LossRegistryError(f"{path}: SPEC must be a literal dict ({err})") from err
             return _spec(raw, module, path)
     raise LossRegistryError(f"{path}: no SPEC = {{...}} at module level; see focalcse.core.losses")
@@ -100,6 +109,8 @@ def _spec(raw: Any, module: str, path: Path) -> LossSpec:
     need = {"name", "class", "label", "color"}
     if not isinstance(raw, dict) or not need <= set(raw):
         raise LossRegistryError(f"{path}: SPEC needs the keys {sorted(need)} (and optional 'hyper')")
+    if not isinstance(raw.get("hyper") or {}, dict):
+        raise LossRegistryError(f"{path}: SPEC 'hyper' must be a dict of {{key: {{'default': ...}}}}")
     hyper = []
     for key, h in (raw.get("hyper") or {}).items():
         if not isinstance(h, dict) or "default" not in h:
