@@ -1,0 +1,114 @@
+"""HCL (Robinson et al., 2021) against an independent float64 transcription of the reference code."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from focalcse.core.losses.hcl import HCL
+from focalcse.losses import InfoNCE, build_loss, loss_spec
+
+
+def reference_hcl(z1, z2, tau: float, beta: float, tau_plus: float, offset: int = 0) -> torch.Tensor:
+    """joshr17/HCL image/main.py ``criterion`` (estimator "hard"), written out in float64 with SimCSE's
+    negatives: row i (first view) against every second view but its own (column i + offset)."""
+    a = F.normalize(z1.double(), dim=-1)
+    b = F.normalize(z2.double(), dim=-1)
+    sim = a @ b.T  # (n, m)
+    n, m = sim.shape
+    own = torch.zeros(n, m, dtype=torch.bool)
+    own[torch.arange(n), torch.arange(n) + offset] = True
+    neg = torch.exp(sim / tau).masked_select(~own).view(n, m - 1)
+    pos = torch.exp(sim[own] / tau)
+    q = m - 1
+    imp = (beta * neg.log()).exp()
+    reweight_neg = (imp * neg).sum(dim=-1) / imp.mean(dim=-1)
+    if tau_plus > 0:
+        ng = (-tau_plus * q * pos + reweight_neg) / (1 - tau_plus)
+        ng = torch.clamp(ng, min=q * math.e ** (-1 / tau))
+    else:
+        ng = reweight_neg
+    return (-torch.log(pos / (pos + ng))).mean()
+
+
+def _views(n: int = 12, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    z1 = torch.randn(n, d, generator=g)
+    return z1, z1 + 0.8 * torch.randn(n, d, generator=g)  # correlated views, like dropout noise
+
+
+@pytest.mark.parametrize(
+    ("tau", "beta", "tau_plus"),
+    [(0.05, 1.0, 0.0), (0.05, 0.5, 0.1), (0.1, 2.0, 0.0), (0.5, 1.0, 0.3), (0.05, 0.0, 0.1)],
+)
+def test_value_and_gradient_match_the_reference(tau: float, beta: float, tau_plus: float) -> None:
+    z1, z2 = _views()
+    ours_in = [z.double().requires_grad_() for z in (z1, z2)]
+    ref_in = [z.double().requires_grad_() for z in (z1, z2)]
+    ours = HCL(tau, beta=beta, tau_plus=tau_plus)(*ours_in)
+    ref = reference_hcl(*ref_in, tau, beta, tau_plus)
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+    ours.backward()
+    ref.backward()
+    for g_ours, g_ref in zip(ours_in, ref_in):
+        torch.testing.assert_close(g_ours.grad, g_ref.grad, rtol=1e-8, atol=1e-12)
+    # float32 inputs (the training path) agree to float32 precision
+    torch.testing.assert_close(
+        HCL(tau, beta=beta, tau_plus=tau_plus)(z1, z2).double(), ref.detach(), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_the_clamp_binds_only_with_debiasing() -> None:
+    # identical views: every positive is 1, so a large tau+ drives the debiased N_g below the floor
+    z = torch.randn(6, 8, generator=torch.Generator().manual_seed(1)).double()
+    tau, q = 0.5, 5
+    floor = math.log(q) - 1 / tau
+    ref = reference_hcl(z, z, tau, beta=1.0, tau_plus=0.9)
+    ours = HCL(tau, beta=1.0, tau_plus=0.9)(z, z)
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+    # at the floor the loss is log(1 + Q e^{-1/tau} / e^{1/tau}) for each row
+    torch.testing.assert_close(ours, torch.tensor(math.log1p(math.exp(floor - 1 / tau)), dtype=torch.float64))
+
+
+def test_beta_zero_without_debiasing_is_infonce_exactly() -> None:
+    for seed in range(3):
+        z1, z2 = _views(seed=seed)
+        a = [z.clone().requires_grad_() for z in (z1, z2)]
+        b = [z.clone().requires_grad_() for z in (z1, z2)]
+        hcl, infonce = HCL(0.05, beta=0.0, tau_plus=0.0)(*a), InfoNCE(0.05)(*b)
+        assert torch.equal(hcl, infonce)
+        hcl.backward()
+        infonce.backward()
+        assert all(torch.equal(x.grad, y.grad) for x, y in zip(a, b))
+
+
+def test_global_batch_columns_with_an_offset() -> None:
+    # a rank's rows against every rank's second views (the DDP path): positives at i + offset
+    z1, z2 = _views(n=12)
+    rows, offset = z1[4:8].double(), 4
+    sim = F.normalize(rows, dim=-1) @ F.normalize(z2.double(), dim=-1).T  # (4, 12)
+    ours = HCL(0.05, beta=1.0, tau_plus=0.1).loss_from_sim(sim, positive_offset=offset)
+    torch.testing.assert_close(
+        ours, reference_hcl(rows, z2, 0.05, 1.0, 0.1, offset=offset), rtol=1e-10, atol=1e-12
+    )
+
+
+def test_harder_negatives_weigh_more() -> None:
+    # the weights grow with the similarity of a negative: beta > 0 raises the loss of a batch whose
+    # negatives are uneven (a hard one among easy ones) above InfoNCE's
+    z1, z2 = _views()
+    assert HCL(0.05, beta=1.0)(z1, z2) > InfoNCE(0.05)(z1, z2)
+
+
+def test_registry_spec_and_validation() -> None:
+    spec = loss_spec("hcl")
+    assert spec.defaults == {"beta": 1.0, "tau_plus": 0.0}
+    loss = build_loss("hcl", 0.05, beta=0.5, m=0.3)  # m belongs to another loss: ignored
+    assert (loss.temperature, loss.beta, loss.tau_plus) == (0.05, 0.5, 0.0)
+    with pytest.raises(ValueError, match="tau_plus"):
+        HCL(0.05, tau_plus=1.0)
+    with pytest.raises(ValueError, match="beta"):
+        HCL(0.05, beta=-1.0)
