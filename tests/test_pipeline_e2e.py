@@ -66,8 +66,8 @@ def test_significance_matches_scipy_on_the_eval_files(project: Path) -> None:
         assert sig["losses"]["infonce"][key]["mean"] == pytest.approx(np.mean(base))
         assert sig["losses"]["focal_infonce"][key]["std"] == pytest.approx(np.std(treat, ddof=1))
         ref = sps.ttest_rel(treat, base)
-        assert sig["ttest"][key]["p_value"] == pytest.approx(ref.pvalue, nan_ok=True)
-        assert sig["ttest"][key]["mean_diff"] == pytest.approx(np.mean(treat) - np.mean(base))
+        assert sig["ttest"]["focal_infonce"][key]["p_value"] == pytest.approx(ref.pvalue, nan_ok=True)
+        assert sig["ttest"]["focal_infonce"][key]["mean_diff"] == pytest.approx(np.mean(treat) - np.mean(base))
     table = (project / "reports/report.md").read_text()
     m = sig["losses"]["focal_infonce"]["avg"]
     assert f"{m['mean']:.2f} ± {m['std']:.2f}" in table
@@ -96,7 +96,7 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, t
         "report",
     }
     sig = json.loads((project / "metrics/significance.json").read_text())["backbones"]["tiny"]
-    assert sig["paired_seeds"] == [1, 3]
+    assert sig["paired_seeds"] == {"focal_infonce": [1, 3]}
 
 
 def test_failed_train_leaves_no_model_and_fixed_rerun_matches(

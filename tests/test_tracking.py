@@ -199,7 +199,7 @@ def test_summary_run_logs_files_and_significance(project: Path, monkeypatch) -> 
         "backbones": {
             "tiny": {
                 "losses": {"infonce": {"avg": {"mean": 30.0, "std": 1.0}}},
-                "ttest": {"avg": {"p_value": 0.2}},
+                "ttest": {"focal_infonce": {"avg": {"p_value": 0.2}}},
             }
         }
     }
@@ -218,7 +218,7 @@ def test_summary_run_logs_files_and_significance(project: Path, monkeypatch) -> 
     assert r.data.metrics == {
         "tiny.infonce.avg_mean": 30.0,
         "tiny.infonce.avg_std": 1.0,
-        "tiny.ttest_avg_p": 0.2,
+        "tiny.focal_infonce.ttest_avg_p": 0.2,
     }
     paths = {a.path for a in client.list_artifacts(run_id)} | {
         a.path for a in client.list_artifacts(run_id, "figures")
