@@ -13,14 +13,11 @@ Every node of every file is walked, so imports inside functions count too: ``imp
 from __future__ import annotations
 
 import ast
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from fresh_process import run_fresh
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -392,26 +389,13 @@ def test_layer_rules() -> None:
 
 
 # ---------------------------------------------------------------- torch-free imports, in a fresh process
-def _fresh(code: str) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    env.pop("FOCALCSE_LOSS_MODULES", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 HEAVY = ("torch", "transformers")
 
 
 def test_load_params_imports_no_torch() -> None:
-    out = _fresh(
+    out = run_fresh(
         """
         import json, sys
         import focalcse.config
@@ -424,7 +408,7 @@ def test_load_params_imports_no_torch() -> None:
 
 
 def test_loss_registry_imports_no_torch_and_losses_are_public() -> None:
-    out = _fresh(
+    out = run_fresh(
         """
         import json, sys
         import focalcse.losses

@@ -3,17 +3,16 @@ that trains with no change anywhere else (registering it is all it takes)."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
-import subprocess
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
 import pytest
+from conftest import random_sentence
+from fresh_process import run_fresh
 
 import focalcse.core.losses as registry
 from focalcse.config import ConfigError, TrainConfig
@@ -50,24 +49,8 @@ def test_builtin_specs() -> None:
         loss_spec("nope")
 
 
-def _fresh(code: str, **env: str) -> dict:
-    full = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
-    if PLUGINS_ENV not in env:
-        full.pop(PLUGINS_ENV, None)
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_loss_names_imports_no_loss_module() -> None:
-    out = _fresh(
+    out = run_fresh(
         """
         import json, sys
         from focalcse.core.losses import hyper_params, loss_names, loss_spec
@@ -263,21 +246,7 @@ def test_registering_a_loss_is_all_it_takes_to_train_it(
         TrainConfig.from_mapping("train", {"loss": name, "scale": -1.0})
 
     rng = random.Random(0)
-    words = [
-        "the",
-        "a",
-        "river",
-        "city",
-        "music",
-        "film",
-        "team",
-        "war",
-        "school",
-        "church",
-        "village",
-        "game",
-    ]
-    sentences = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 10))) for _ in range(40)]
+    sentences = [random_sentence(rng, 4, 10) for _ in range(40)]
     corpus = minilm_tokenizer(sentences, truncation=True, max_length=16)["input_ids"]
     logged: list[tuple[dict, int]] = []
     out = tmp_path / "model"
@@ -305,7 +274,7 @@ def test_registering_a_loss_is_all_it_takes_to_train_it(
 
 def test_plugin_from_the_environment(toy_loss) -> None:
     name, module, folder = toy_loss
-    out = _fresh(
+    out = run_fresh(
         f"""
         import json
         from focalcse.core.losses import loss_names, loss_spec
