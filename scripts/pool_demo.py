@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in group:
                 proc = procs[name]
                 try:
-                    proc.wait(timeout=60)
+                    proc.wait(timeout=180)  # a loaded 2-core machine can take over a minute
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
