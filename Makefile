@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# GPU users: install a CUDA torch into .venv first, then `make setup TORCH_CONSTRAINT=` (see README).
+# GPU users: install a CUDA build of the pinned torch into .venv first, then `make setup` (docs/scale-out.md).
 TORCH_CONSTRAINT ?= -c constraints.txt
 export HF_HUB_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
