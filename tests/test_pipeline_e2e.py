@@ -67,7 +67,9 @@ def test_significance_matches_scipy_on_the_eval_files(project: Path) -> None:
         assert sig["losses"]["focal_infonce"][key]["std"] == pytest.approx(np.std(treat, ddof=1))
         ref = sps.ttest_rel(treat, base)
         assert sig["ttest"]["focal_infonce"][key]["p_value"] == pytest.approx(ref.pvalue, nan_ok=True)
-        assert sig["ttest"]["focal_infonce"][key]["mean_diff"] == pytest.approx(np.mean(treat) - np.mean(base))
+        assert sig["ttest"]["focal_infonce"][key]["mean_diff"] == pytest.approx(
+            np.mean(treat) - np.mean(base)
+        )
     table = (project / "reports/report.md").read_text()
     m = sig["losses"]["focal_infonce"]["avg"]
     assert f"{m['mean']:.2f} ± {m['std']:.2f}" in table
