@@ -84,7 +84,7 @@ def build_project(base: Path, env: dict[str, str]) -> tuple[Path, Path]:
         raise SystemExit(f"error: data mirror {mirror} has no senteval/downstream; set FOCALCSE_DATA_MIRROR")
     tiny = save_tiny_backbone(base / "tiny-backbone")
     coord = make_tiny_project(
-        base / "coordinator", mirror, tiny, ablation={"temperatures": [0.05], "ms": [0.3], "max_steps": 3}
+        base / "coordinator", mirror, tiny, ablation={"temperatures": [0.1], "ms": [0.2]}
     )
     origin = base / "origin.git"
     sh(["git", "clone", "--quiet", "--bare", str(coord), str(origin)], base, env)

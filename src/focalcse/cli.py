@@ -1,6 +1,7 @@
-"""``focalcse`` command line: evaluate a model folder on the STS tasks.
+"""``focalcse`` command line: evaluate a model folder on the STS tasks; print one item's config.
 
-Hyper-parameters never arrive through flags: training reads ``params.yaml`` (see ``stages/``).
+Hyper-parameters never arrive through flags: training reads ``params.yaml`` (see ``stages/``);
+``focalcse config`` shows what one train item of a parameter set will use.
 """
 
 from __future__ import annotations
@@ -48,6 +49,33 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config(args: argparse.Namespace) -> int:
+    import json
+
+    from focalcse.config import ConfigError, load_params
+
+    try:
+        params = load_params(args.params)
+    except ConfigError as err:
+        raise ValueError(str(err)) from err
+    sw = params.sweep
+    if args.backbone not in sw.backbones:
+        raise ValueError(
+            f"--backbone {args.backbone!r}: expected one of {args.params}'s sweep.backbones ({', '.join(sw.backbones)})"
+        )
+    if args.loss not in sw.losses:
+        raise ValueError(
+            f"--loss {args.loss!r}: expected one of {args.params}'s sweep.losses ({', '.join(sw.losses)})"
+        )
+    if args.seed is not None and args.seed not in sw.seeds:
+        raise ValueError(
+            f"--seed {args.seed}: expected one of {args.params}'s sweep.seeds ({', '.join(map(str, sw.seeds))})"
+        )
+    # The same dict the train stage logs to MLflow as its params (focalcse.ops.tracking.train_run).
+    print(json.dumps(params.effective_config(args.backbone, args.loss, args.seed), indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="focalcse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--device", default="cpu")
     ev.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
     ev.set_defaults(func=_evaluate)
+    cf = sub.add_parser(
+        "config",
+        help="print one train item's effective config as JSON (train <- backbone overrides <- loss overrides)",
+    )
+    cf.add_argument("--params", default="params.yaml", help="parameter set (default: params.yaml)")
+    cf.add_argument("--backbone", required=True, help="a sweep backbone of that set")
+    cf.add_argument("--loss", required=True, help="a sweep loss of that set")
+    cf.add_argument("--seed", type=int, default=None, help="a sweep seed (default: the first)")
+    cf.set_defaults(func=_config)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

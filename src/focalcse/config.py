@@ -20,7 +20,8 @@ from focalcse.core.backbones import POOLERS
 from focalcse.core.losses import hyper_params, loss_names, loss_spec
 from focalcse.data.tasks import TASKS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16")  # evaluation (inference only)
+TRAIN_PRECISIONS = ("fp32", "bf16")  # training: fp16 without loss scaling underflows, so it is refused
 
 
 class ConfigError(ValueError):
@@ -65,9 +66,12 @@ class TrainConfig:
     eval_steps: int = 125  # STS-B dev evaluation period (SimCSE: 125)
     eval_at_start: bool = True  # also score the starting model (step 0) for the curves; never selected
     seed: int = 42
-    precision: str = "fp32"  # fp32 | bf16 | fp16 autocast
+    precision: str = "fp32"  # fp32 | bf16 autocast (fp16 is refused: it needs loss scaling)
     weight_decay: float = 0.0
     log_every: int = 1
+    max_grad_norm: float = (
+        1.0  # clip the global gradient norm before every step (SimCSE/HF Trainer: 1.0); 0 = off
+    )
     grad_cache_chunk: int = 0  # GradCache: sequences per forward (2 per sentence); 0 = one forward
     checkpoint_steps: int = 0  # resumable checkpoint every N steps; 0 = at every dev evaluation
     device: str = "cpu"
@@ -101,8 +105,16 @@ class TrainConfig:
             _fail(s, "eval_steps", self.eval_steps, "an integer >= 1")
         if self.seed < 0:
             _fail(s, "seed", self.seed, "an integer >= 0")
-        if self.precision not in PRECISIONS:
-            _fail(s, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+        if self.precision not in TRAIN_PRECISIONS:
+            _fail(
+                s,
+                "precision",
+                self.precision,
+                f"one of {', '.join(TRAIN_PRECISIONS)} (fp16 training would need a GradScaler, which this "
+                "trainer does not use; bf16 needs none)",
+            )
+        if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm >= 0):
+            _fail(s, "max_grad_norm", self.max_grad_norm, "a number >= 0 (0 = no clipping)")
         if self.weight_decay < 0:
             _fail(s, "weight_decay", self.weight_decay, "a number >= 0")
         if self.log_every < 1:
@@ -225,16 +237,19 @@ class SweepConfig:
 @dataclass(frozen=True)
 class AblationConfig:
     """``ablation`` section: the tau and m sweeps of the paper's Tables 4 and 5 (DVC stages
-    ``ablate_tau`` / ``ablate_m``). Each item trains ``loss`` on ``backbone`` with one seed; the other
-    train keys come from ``train`` + ``backbone_overrides`` (the tau sweep keeps train's m, the m sweep
-    keeps its tau)."""
+    ``ablate_tau`` / ``ablate_m``). Each item trains ``loss`` on ``backbone`` with one seed, as long as
+    the main runs; every other train key is that item's effective config (train, backbone and loss
+    overrides): the tau sweep keeps the loss's effective m, the m sweep its effective tau.
+
+    The lists name only the values to train. The point at the effective default (e.g. tau 0.05) is
+    the main sweep's run of that backbone, loss and seed, reused by the report, so listing it is
+    refused."""
 
     loss: str = "focal_infonce"
     backbone: str = ""  # "" = the first sweep backbone
-    seed: int = 1
-    max_steps: int = 32  # per item; 0 = the whole sample (the paper's setting)
-    temperatures: tuple[float, ...] = (0.03, 0.05, 0.07, 0.1)  # Table 4
-    ms: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5)  # Table 5
+    seed: int = 1  # one of sweep.seeds: the default point is that main-sweep run
+    temperatures: tuple[float, ...] = (0.03, 0.1)  # Table 4, besides the default
+    ms: tuple[float, ...] = (0.1, 0.5)  # Table 5, besides the default
 
     def __post_init__(self) -> None:
         s = "ablation"
@@ -242,8 +257,6 @@ class AblationConfig:
             _fail(s, "loss", self.loss, f"one of {', '.join(loss_names())}")
         if self.seed < 0:
             _fail(s, "seed", self.seed, "an integer >= 0")
-        if self.max_steps < 0:
-            _fail(s, "max_steps", self.max_steps, "an integer >= 0 (0 = the whole sample)")
         if not self.temperatures or len(set(self.temperatures)) != len(self.temperatures):
             _fail(s, "temperatures", list(self.temperatures), "a non-empty list of unique numbers")
         if any(t <= 0 for t in self.temperatures):
@@ -369,6 +382,7 @@ class Params:
     report: ReportConfig = field(default_factory=ReportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     backbone_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loss_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def backbone_source(self, backbone: str) -> str:
@@ -376,12 +390,38 @@ class Params:
         (a hub id or a folder) if set, else the name itself."""
         return str((self.backbone_overrides.get(backbone) or {}).get("source", backbone))
 
+    def config_layers(self, backbone: str, loss: str) -> list[tuple[str, dict[str, Any]]]:
+        """The train keys of one item, layer by layer, later layers winning: ``train``, the backbone's
+        overrides (``backbone_overrides.<b>``), the loss's overrides (``loss_overrides.<l>``), then the
+        loss's overrides for this backbone (``backbone_overrides.<b>.losses.<l>``)."""
+        b_over = dict(self.backbone_overrides.get(backbone) or {})
+        b_loss = dict((b_over.pop("losses", None) or {}).get(loss) or {})
+        b_over.pop("source", None)
+        return [
+            ("train", self.train.to_dict()),
+            (f"backbone_overrides.{backbone}", b_over),
+            (f"loss_overrides.{loss}", dict(self.loss_overrides.get(loss) or {})),
+            (f"backbone_overrides.{backbone}.losses.{loss}", b_loss),
+        ]
+
     def train_config(self, backbone: str, loss: str, seed: int, **changes: Any) -> TrainConfig:
-        """The train section with the backbone's overrides, this matrix item's loss and seed, and
-        ``changes`` (train keys) on top."""
-        over = {k: v for k, v in (self.backbone_overrides.get(backbone) or {}).items() if k != "source"}
-        merged = {**self.train.to_dict(), **over, "loss": loss, "seed": seed, **changes}
-        return TrainConfig.from_mapping(f"train (backbone {backbone})", merged)
+        """One matrix item's effective train config: :meth:`config_layers` merged in order, this item's
+        loss and seed, and ``changes`` (train keys) on top."""
+        merged: dict[str, Any] = {}
+        for _, layer in self.config_layers(backbone, loss):
+            merged.update(layer)
+        merged.update(loss=loss, seed=seed, **changes)
+        if loss in loss_names():  # only this item's loss's hyper-parameters (InfoNCE carries no m)
+            own = set(loss_spec(loss).hyper_names)
+            for key in set(hyper_params()) - own - set(changes):
+                merged.pop(key, None)
+        return TrainConfig.from_mapping(f"train (backbone {backbone}, loss {loss})", merged)
+
+    def effective_config(self, backbone: str, loss: str, seed: int | None = None) -> dict[str, Any]:
+        """The dict ``focalcse config`` prints and MLflow logs: the effective train config of the item
+        (seed: the first sweep seed unless given)."""
+        seed = self.sweep.seeds[0] if seed is None else seed
+        return self.train_config(backbone, loss, seed).to_dict()
 
     def with_changes(self, **sections: Any) -> Params:
         """A copy with whole sections replaced (e.g. ``eval=...``)."""
@@ -392,22 +432,74 @@ class Params:
         """The backbone the tau / m ablations train: ``ablation.backbone`` or the first sweep backbone."""
         return self.ablation.backbone or self.sweep.backbones[0]
 
-    def ablation_train_config(self, kind: str, value: float) -> TrainConfig:
-        """One ablation item's train config: ``kind`` ``tau`` sets the temperature (m from train),
-        ``m`` sets m (temperature from train); ``ablation.max_steps`` steps of ``ablation.loss``."""
-        from focalcse.layout import ABLATION_KINDS
+    def ablation_base_config(self) -> TrainConfig:
+        """The main-sweep run the ablations vary: ``ablation.loss`` on the ablation backbone, seed
+        ``ablation.seed`` (its effective config is the ablations' default point)."""
+        ab = self.ablation
+        return self.train_config(self.ablation_backbone, ab.loss, ab.seed)
 
-        if kind not in ABLATION_KINDS:
-            raise ConfigError(f"ablation kind {kind!r}: expected one of {', '.join(ABLATION_KINDS)}")
-        key = ABLATION_KINDS[kind]
+    def ablation_default(self, kind: str) -> float:
+        """The effective value of ``kind``'s key (tau or m) for the ablation loss: the default point,
+        whose run is the main sweep's."""
+        key = _ablation_key(kind)
+        base = self.ablation_base_config()
+        return float(base.temperature if key == "temperature" else base.hyper_value(key))
+
+    def ablation_values(self, kind: str) -> tuple[float, ...]:
+        """The values ``ablate_<kind>`` trains (params order), without the default point."""
+        return self.ablation.temperatures if kind == "tau" else self.ablation.ms
+
+    def ablation_points(self, kind: str) -> tuple[float, ...]:
+        """Every point of Table 4 (``tau``) or 5 (``m``), ascending: the trained values and the default."""
+        return tuple(sorted({*self.ablation_values(kind), self.ablation_default(kind)}))
+
+    def ablation_train_config(self, kind: str, value: float) -> TrainConfig:
+        """One ablation item's train config: the ablation run's effective config with ``kind``'s key
+        (``tau``: temperature, ``m``: m) set to ``value``; same length as the main runs."""
+        key = _ablation_key(kind)
         ab = self.ablation
         if key != "temperature" and key not in loss_spec(ab.loss).hyper_names:
             raise ConfigError(
                 f"params ablation.loss = {ab.loss!r}: the {kind} ablation needs a loss with {key!r}"
             )
-        return self.train_config(
-            self.ablation_backbone, ab.loss, ab.seed, **{key: value, "max_steps": ab.max_steps}
+        return self.train_config(self.ablation_backbone, ab.loss, ab.seed, **{key: value})
+
+
+def _ablation_key(kind: str) -> str:
+    from focalcse.layout import ABLATION_KINDS
+
+    if kind not in ABLATION_KINDS:
+        raise ConfigError(f"ablation kind {kind!r}: expected one of {', '.join(ABLATION_KINDS)}")
+    return ABLATION_KINDS[kind]
+
+
+def check_ablation(params: Params) -> None:
+    """The ablations vary a main-sweep run: its backbone, loss and seed must be in the sweep, and the
+    lists must not repeat the default point (that run is reused, never retrained)."""
+    ab, sw = params.ablation, params.sweep
+    if params.ablation_backbone not in sw.backbones:
+        _fail(
+            "ablation", "backbone", ab.backbone, f"one of sweep.backbones ({', '.join(sw.backbones)}) or ''"
         )
+    if ab.loss not in sw.losses:
+        _fail("ablation", "loss", ab.loss, f"one of sweep.losses ({', '.join(sw.losses)})")
+    if ab.seed not in sw.seeds:
+        _fail("ablation", "seed", ab.seed, f"one of sweep.seeds ({', '.join(map(str, sw.seeds))})")
+    for kind, key in (("tau", "temperatures"), ("m", "ms")):
+        values = params.ablation_values(kind)
+        if kind == "m" and "m" not in loss_spec(ab.loss).hyper_names:
+            continue
+        default = params.ablation_default(kind)
+        if any(abs(v - default) <= 1e-12 for v in values):
+            _fail(
+                "ablation",
+                key,
+                list(values),
+                f"values other than {default:g}, the effective {key[:-1]} of {ab.loss} on "
+                f"{params.ablation_backbone} (that point is the main sweep's seed-{ab.seed} run, reused)",
+            )
+        for v in values:
+            params.ablation_train_config(kind, v)
 
 
 SECTIONS = {
@@ -420,7 +512,7 @@ SECTIONS = {
     "report": ReportConfig,
     "tracking": TrackingConfig,
 }
-OTHER_SECTIONS = ("backbone_overrides", "benchmark")
+OTHER_SECTIONS = ("backbone_overrides", "loss_overrides", "benchmark")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
@@ -443,20 +535,39 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         for name, cls in SECTIONS.items()
     }
     overrides = raw.get("backbone_overrides") or {}
-    if not isinstance(overrides, dict):
+    if not isinstance(overrides, dict) or any(not isinstance(v, dict) for v in overrides.values()):
         raise ConfigError(
             f"params backbone_overrides = {overrides!r}: expected a mapping backbone -> train keys"
         )
-    params = Params(**built, backbone_overrides=overrides, raw=raw)
+    for backbone, over in overrides.items():
+        losses = over.get("losses") or {}
+        if not isinstance(losses, dict) or any(not isinstance(v, dict) for v in losses.values()):
+            raise ConfigError(
+                f"params backbone_overrides.{backbone}.losses = {losses!r}: expected a mapping loss -> train keys"
+            )
+        _check_loss_names(f"backbone_overrides.{backbone}.losses", losses)
+    loss_over = raw.get("loss_overrides") or {}
+    if not isinstance(loss_over, dict) or any(not isinstance(v, dict) for v in loss_over.values()):
+        raise ConfigError(f"params loss_overrides = {loss_over!r}: expected a mapping loss -> train keys")
+    _check_loss_names("loss_overrides", loss_over)
+    for loss, over in loss_over.items():
+        if "loss" in over or "seed" in over:
+            raise ConfigError(f"params loss_overrides.{loss}: 'loss' and 'seed' come from the sweep item")
+    params = Params(**built, backbone_overrides=overrides, loss_overrides=loss_over, raw=raw)
     for backbone in params.sweep.backbones:  # validate every merged train config up front
         check_backbone(backbone, params.backbone_source(backbone))
         for loss in params.sweep.losses:
             params.train_config(backbone, loss, params.sweep.seeds[0])
-    for t in params.ablation.temperatures:
-        params.ablation_train_config("tau", t)
-    for m in params.ablation.ms:
-        params.ablation_train_config("m", m)
+    check_ablation(params)
     return params
+
+
+def _check_loss_names(where: str, mapping: dict[str, Any]) -> None:
+    bad = sorted(set(mapping) - set(loss_names()))
+    if bad:
+        raise ConfigError(
+            f"params {where}: unknown loss(es) {bad}; expected names from {', '.join(loss_names())}"
+        )
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")

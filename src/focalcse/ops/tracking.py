@@ -295,7 +295,8 @@ def train_run(params: Params, backbone: str, loss: str, seed: int) -> Iterator[T
         return
     from mlflow.entities import Param, RunTag
 
-    cfg = params.train_config(backbone, loss, seed)  # ConfigError before touching the store
+    # ConfigError before touching the store; the same dict `focalcse config` prints
+    effective = params.effective_config(backbone, loss, seed)
     client, exp_id, uri = client_and_experiment(params)
     tags = {
         **_base_tags(params, stage_name("train", backbone, loss, seed)),
@@ -308,7 +309,7 @@ def train_run(params: Params, backbone: str, loss: str, seed: int) -> Iterator[T
     run_id = run.info.run_id
     print(f"MLflow run {run_id} in experiment {experiment_name(params)!r} at {redact(uri)}")
     values = {
-        **flatten(cfg.to_dict(), "train."),
+        **flatten(effective, "train."),
         "backbone": backbone,
         "backbone_source": params.backbone_source(backbone),
         "data.num_sentences": str(params.data.num_sentences),

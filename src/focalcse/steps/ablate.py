@@ -16,10 +16,12 @@ from focalcse.steps.train import train_item
 
 
 def run(params: Params, layout: Layout, kind: str, value: str, progress: bool = True) -> dict[str, Any]:
-    """Train ``ablation.loss`` on the ablation backbone with seed ``ablation.seed`` for
-    ``ablation.max_steps`` steps, τ (``kind="tau"``) or m (``kind="m"``) set to ``value`` and every other
-    key from ``train`` + ``backbone_overrides``, exactly as the train stage would (best-on-dev model
-    kept); then score STS-B test with that model, which lives in a temporary folder and is deleted.
+    """Train ``ablation.loss`` on the ablation backbone with seed ``ablation.seed``, τ (``kind="tau"``)
+    or m (``kind="m"``) set to ``value`` and every other key the main sweep's run of that item has
+    (its effective config: train, backbone and loss overrides; same length), exactly as the train
+    stage would (best-on-dev model kept); then score STS-B test with that model, which lives in a
+    temporary folder and is deleted. The default value's point is that main-sweep run itself, which
+    the report reads; config validation refuses it here.
 
     ``value`` is the swept number as ``dvc.yaml`` renders it; it names the output file.
     """
