@@ -102,7 +102,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--temperature", type=float, default=0.05)
     p.add_argument("--m", type=float, default=0.3, help="Focal-InfoNCE margin")
-    p.add_argument("--st-max-grad-norm", type=float, default=0.0, help="ST clipping (0 = none, as ours)")
+    p.add_argument(
+        "--st-max-grad-norm",
+        type=float,
+        default=1.0,
+        help="ST clipping (1.0, as our train.max_grad_norm; 0 = none)",
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads in every worker (0 = torch default)")
     for key, value in PRESETS["full"].items():
         p.add_argument(

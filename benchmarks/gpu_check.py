@@ -37,7 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10, help="untimed first steps (at most steps // 3)")
     p.add_argument("--batch-size", type=int, default=64, help="global batch (sentences)")
     p.add_argument("--max-len", type=int, default=32)
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="bf16",
+        help="fp16 training is refused (no GradScaler)",
+    )
     p.add_argument("--loss", choices=["infonce", "focal_infonce"], default="focal_infonce")
     p.add_argument("--temperature", type=float, default=0.05)
     p.add_argument("--m", type=float, default=0.3)

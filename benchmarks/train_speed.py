@@ -171,7 +171,7 @@ def worker_train_st(spec: dict[str, Any]) -> dict[str, Any]:
             warmup_steps=0,
             lr_scheduler_type="linear",
             weight_decay=0.0,
-            max_grad_norm=spec["st_max_grad_norm"],  # 0 = no clipping, as our trainer
+            max_grad_norm=spec["st_max_grad_norm"],  # 1.0 by default, as our train.max_grad_norm
             bf16=spec["precision"] == "bf16",
             seed=spec["seed"],
             logging_steps=spec["steps"] + 1,

@@ -1,9 +1,9 @@
 """Data-parallel loss: 2 gloo processes on CPU give the loss and gradients of one process on the
-global batch (InfoNCE and Focal-InfoNCE, equal and unequal shards, with and without GradCache)."""
+global batch (InfoNCE and Focal-InfoNCE, equal and unequal shards, with and without GradCache); the
+training loop under 2 ranks logs the single process's losses and (clipped-on) gradient norms."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import socket
 import time
@@ -47,15 +47,9 @@ def _batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def _train_hooked() -> bool:
-    """Whether ``training.train`` takes a ``parallel`` context (the DDP hook)."""
-    from focalcse.core.training import train
-
-    return "parallel" in inspect.signature(train).parameters
-
-
 def _train_run(out: Path, parallel=None) -> list[dict[str, float]]:
-    """3 steps of the real training loop on a tiny corpus (global batch 7, dropout off)."""
+    """3 steps of the real training loop on a tiny corpus (global batch 7, dropout off, the default
+    clipping at 1.0, which binds at this lr: the steps after the first depend on it)."""
     from transformers import AutoTokenizer
 
     from focalcse.config import TrainConfig
@@ -67,9 +61,7 @@ def _train_run(out: Path, parallel=None) -> list[dict[str, float]]:
     gen = torch.Generator().manual_seed(1)
     corpus = [torch.randint(1, VOCAB, (int(k),), generator=gen).tolist() for k in torch.randint(3, 9, (21,))]
     cfg = TrainConfig(loss="focal_infonce", batch_size=7, lr=1e-4, max_steps=3, eval_at_start=False, seed=3)
-    result = train(
-        encoder, corpus, cfg, out / "model", progress=False, **({"parallel": parallel} if parallel else {})
-    )
+    result = train(encoder, corpus, cfg, out / "model", progress=False, parallel=parallel)
     return result.history
 
 
@@ -167,14 +159,14 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                 loss = two_view_loss(model, loss_fn, torch.cat([ids, ids]), torch.cat([mask, mask]), chunk)
                 loss.backward()
             results[name] = {"loss": loss.detach(), "grads": _grads(encoder)}
-        if _train_hooked():
-            history = _train_run(Path(out_dir) / "train", parallel=ctx)
-            model_dir = Path(out_dir) / "train" / "model"  # rank 0 saves; the others wait for it
-            results["train"] = {
-                "history": [h["loss"] for h in history],
-                "saved": (model_dir / "focalcse.json").is_file(),
-            }
-            results["resume"] = _resume_scenario(Path(out_dir) / "resume", ctx)
+        history = _train_run(Path(out_dir) / "train", parallel=ctx)
+        model_dir = Path(out_dir) / "train" / "model"  # rank 0 saves; the others wait for it
+        results["train"] = {
+            "history": [h["loss"] for h in history],
+            "grad_norm": [h["grad_norm"] for h in history],
+            "saved": (model_dir / "focalcse.json").is_file(),
+        }
+        results["resume"] = _resume_scenario(Path(out_dir) / "resume", ctx)
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     finally:
         cleanup()
@@ -249,13 +241,19 @@ def test_single_process_context_is_identity() -> None:
 
 
 def test_train_ddp_matches_single_process(ddp_results, tmp_path) -> None:
-    """The training loop under 2 ranks logs the single process's losses and saves one model."""
-    if not _train_hooked():
-        pytest.skip("training.train has no `parallel` parameter yet (DDP hook not applied)")
-    single = [h["loss"] for h in _train_run(tmp_path)]
+    """The training loop under 2 ranks logs the single process's losses and pre-clip gradient norms
+    (clipping sees the all-reduced gradient: the global norm, the same on every rank) and saves one
+    model."""
+    history = _train_run(tmp_path)
+    single = [h["loss"] for h in history]
+    single_norm = [h["grad_norm"] for h in history]
+    assert single_norm[0] > 1.0, "the default max_grad_norm 1.0 should bind in this run"
     for res in ddp_results:
         torch.testing.assert_close(
             torch.tensor(res["train"]["history"]), torch.tensor(single), atol=1e-5, rtol=1e-5
+        )
+        torch.testing.assert_close(
+            torch.tensor(res["train"]["grad_norm"]), torch.tensor(single_norm), atol=1e-5, rtol=1e-5
         )
         assert res["train"]["saved"]
 
@@ -263,8 +261,6 @@ def test_train_ddp_matches_single_process(ddp_results, tmp_path) -> None:
 def test_resumed_ddp_run_equals_an_uninterrupted_one(ddp_results) -> None:
     """Every rank's RNG is checkpointed: after a crash at step 3 and a resume from the step-2
     checkpoint, both ranks log the uninterrupted run's losses and rank 0 saves identical weights."""
-    if not _train_hooked():
-        pytest.skip("training.train has no `parallel` parameter yet (DDP hook not applied)")
     for res in ddp_results:
         assert len(res["resume"]["straight"]) == 4
         assert res["resume"]["resumed"] == res["resume"]["straight"]

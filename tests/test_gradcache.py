@@ -10,7 +10,7 @@ import torch
 
 from focalcse.core import gradcache
 from focalcse.core.gradcache import cached_contrastive_loss, two_view_loss
-from focalcse.losses import build_loss
+from focalcse.losses import build_loss, loss_names
 
 N, L, VOCAB = 12, 10, 100  # 12 sentences -> a (24, 10) two-view batch
 
@@ -133,6 +133,35 @@ def test_bf16_autocast_is_replayed(batch) -> None:
         loss = cached_contrastive_loss(encoder, loss_fn, ids, mask, len(ids))
     loss.backward()
     assert torch.equal(loss, ref_loss) and _max_diff(_grads(encoder), ref_grads) == 0.0
+
+
+class _BagOfEmbeddings(torch.nn.Module):
+    """A model without any op that autocast runs in bf16: under autocast, its gradients show the
+    precision of the loss's gradient alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.emb = torch.nn.Embedding(VOCAB, 16)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return (self.emb(input_ids) * attention_mask.unsqueeze(-1)).sum(1)  # (B, 16)
+
+
+@pytest.mark.parametrize("loss_name", loss_names())
+def test_loss_gradient_is_fp32_under_bf16_autocast(batch, loss_name) -> None:
+    """GradCache takes ``dL/dz`` inside the caller's autocast block, where backward ops would run in
+    bf16: it must be the fp32 gradient of the plain path (backward outside autocast)."""
+    ids, mask = batch
+    model, loss_fn = _BagOfEmbeddings(), build_loss(loss_name, 0.05)
+    z = model(input_ids=ids, attention_mask=mask)  # (2N, 16), fp32 outside autocast
+    loss_fn(z[:N], z[N:]).backward()
+    ref = model.emb.weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = cached_contrastive_loss(model, loss_fn, ids, mask, 5)
+    loss.backward()
+    torch.testing.assert_close(model.emb.weight.grad, ref, rtol=1e-6, atol=1e-6 * float(ref.abs().max()))
 
 
 def test_upstream_gradient_scales_and_accumulates(batch) -> None:

@@ -325,3 +325,87 @@ def test_build_loss() -> None:
     assert "nope" in message
     for name in loss_names():
         assert name in message
+
+
+# --------------------------------------------------------------------------------------------------
+# fp32 loss math under mixed precision (SimCSE's cosine similarity runs in fp32 under autocast)
+# --------------------------------------------------------------------------------------------------
+
+# HCL with debiasing takes its other branch (the clamped N_g): both branches are checked.
+EXTRA_HYPER = {"hcl": [{}, {"tau_plus": 0.1}]}
+
+
+def _registered_losses() -> list:
+    return [
+        pytest.param(name, hyper, id=name + "".join(f"-{k}{v}" for k, v in hyper.items()))
+        for name in loss_names()
+        for hyper in EXTRA_HYPER.get(name, [{}])
+    ]
+
+
+def _bf16_autocast():
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def _two_views(n: int = 16, d: int = 32, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two correlated views: positives' cosine ~0.55, negatives' ~0 +- 0.18, losses 0.2-0.6 at tau 0.05
+    (closer views give losses ~1e-5, where the comparison would say little)."""
+    gen = torch.Generator().manual_seed(seed)
+    z1 = torch.randn(n, d, generator=gen)
+    return z1, z1 + 1.5 * torch.randn(n, d, generator=gen)
+
+
+def _assert_rel(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-6) -> None:
+    # relative to the tensor's scale: elements near 0 have no meaningful relative error
+    torch.testing.assert_close(got, want, rtol=rel, atol=rel * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16], ids=["fp32-leaves", "bf16-tensors"])
+@pytest.mark.parametrize(("name", "hyper"), _registered_losses())
+def test_loss_math_is_fp32_under_bf16_autocast(name: str, hyper: dict, input_dtype: torch.dtype) -> None:
+    """Inside bf16 autocast every registered loss gives the value and the gradients of the same loss
+    computed in fp32 outside autocast (on the same input values), to 1e-6."""
+    loss = build_loss(name, 0.05, **hyper)
+    v1, v2 = (v.to(input_dtype) for v in _two_views())
+    # reference: fp32 leaves holding the inputs' values, no autocast
+    r1, r2 = (v.detach().float().clone().requires_grad_() for v in (v1, v2))
+    want = loss(r1, r2)
+    want.backward()
+    z1, z2 = (v.detach().clone().requires_grad_() for v in (v1, v2))
+    with _bf16_autocast():
+        got = loss(z1, z2)
+    got.backward()  # outside autocast, as the training step does
+    assert got.dtype == torch.float32
+    assert got.item() == pytest.approx(want.item(), rel=1e-6)
+    for g, r in ((z1.grad, r1.grad), (z2.grad, r2.grad)):
+        assert g.dtype == input_dtype
+        # a bf16 input gets its gradient in bf16: the fp32 gradient, rounded once
+        _assert_rel(g.float(), r.to(input_dtype).float())
+
+
+@pytest.mark.parametrize(("name", "hyper"), _registered_losses())
+def test_global_batch_path_is_fp32_under_bf16_autocast(name: str, hyper: dict) -> None:
+    """The DDP path (``cosine_matrix`` of the local rows against the gathered columns, then
+    ``loss_from_sim`` with an offset) is fp32 under autocast too, also for a bf16 cosine matrix."""
+    from focalcse.core.losses.base import cosine_matrix
+
+    loss = build_loss(name, 0.05, **hyper)
+    z1, z2 = _two_views(n=10)
+    rows, cols, offset = z1[3:7], z2, 3  # rank 1 of a 10-sentence global batch: local rows 3..6
+    r1, r2 = rows.clone().requires_grad_(), cols.clone().requires_grad_()
+    want = loss.loss_from_sim(cosine_matrix(r1, r2), positive_offset=offset)
+    want.backward()
+    g1, g2 = rows.clone().requires_grad_(), cols.clone().requires_grad_()
+    with _bf16_autocast():
+        sim = cosine_matrix(g1, g2)  # (4, 10)
+        got = loss.loss_from_sim(sim, positive_offset=offset)
+    got.backward()
+    assert sim.dtype == got.dtype == torch.float32
+    assert got.item() == pytest.approx(want.item(), rel=1e-6)
+    _assert_rel(g1.grad, r1.grad)
+    _assert_rel(g2.grad, r2.grad)
+    sim_bf16 = cosine_matrix(rows, cols).bfloat16()  # e.g. from a caller that cast it
+    with _bf16_autocast():
+        got = loss.loss_from_sim(sim_bf16, positive_offset=offset)
+    want = loss.loss_from_sim(sim_bf16.float(), positive_offset=offset)
+    assert got.dtype == torch.float32 and got.item() == pytest.approx(want.item(), rel=1e-6)

@@ -201,3 +201,65 @@ def test_minilm_loads_with_each_pooler(minilm_path: str) -> None:
     torch.testing.assert_close(pre.mlp[0].weight, pre.backbone.pooler.dense.weight)
     with pytest.raises(ValueError, match="no pooler given"):
         SentenceEncoder.from_pretrained(minilm_path)
+
+
+# ---------------------------------------------------------------- the fresh MLP's initialisation
+WIDE = 256  # 65,536 MLP weights: the sample std is within ~0.3% of sigma (1 sd)
+
+
+def _wide_config(initializer_range: float = 0.02):
+    from focalcse.core.model import tiny_config
+
+    cfg = tiny_config(vocab_size=200, hidden=WIDE, layers=1, heads=4)  # small vocab: the MLP is what counts
+    cfg.initializer_range = initializer_range
+    return cfg
+
+
+def _assert_normal(weight: torch.Tensor, std: float) -> None:
+    w = weight.detach().double().flatten()
+    assert float(w.std()) == pytest.approx(std, rel=0.02)
+    assert abs(float(w.mean())) < 4 * std / w.numel() ** 0.5  # 4 standard errors of the mean
+    # a normal, not a uniform of the same std: kurtosis 3 (uniform 1.8), standard error ~0.02 here
+    assert float(((w - w.mean()) ** 4).mean() / w.var() ** 2) == pytest.approx(3.0, abs=0.15)
+
+
+@pytest.mark.parametrize("initializer_range", [0.02, 0.05])
+def test_fresh_mlp_is_initialised_like_the_backbone(initializer_range: float) -> None:
+    """SimCSE's ``cl_init``: the MLP's weights N(0, initializer_range), bias 0 (PyTorch's default
+    would be uniform with std 1/sqrt(3 * 256) = 0.036 here)."""
+    torch.manual_seed(0)
+    enc = SentenceEncoder.from_config(_wide_config(initializer_range), None, pooler="cls")
+    _assert_normal(enc.mlp[0].weight, initializer_range)
+    assert torch.equal(enc.mlp[0].bias, torch.zeros(WIDE))
+
+
+@pytest.fixture(scope="module")
+def wide_backbone(tmp_path_factory, minilm_tokenizer) -> tuple[Path, torch.Tensor, torch.Tensor]:
+    """A saved 256-wide random BERT whose own pooler layer holds distinctive weights (uniform, bias
+    0.1), so a copy of it cannot be mistaken for a fresh initialisation."""
+    from transformers import AutoModel
+
+    torch.manual_seed(3)
+    model = AutoModel.from_config(_wide_config())
+    with torch.no_grad():
+        model.pooler.dense.weight.uniform_(-0.5, 0.5)
+        model.pooler.dense.bias.fill_(0.1)
+    path = tmp_path_factory.mktemp("wide") / "backbone"
+    model.save_pretrained(path, safe_serialization=True)
+    minilm_tokenizer.save_pretrained(path)  # loaded, never used to tokenise here
+    return path, model.pooler.dense.weight.detach().clone(), model.pooler.dense.bias.detach().clone()
+
+
+def test_fresh_mlp_follows_the_seed_and_pretrained_copies_the_pooler(wide_backbone) -> None:
+    path, pooler_w, pooler_b = wide_backbone
+
+    def mlp(seed: int, mlp_init: str = "fresh") -> torch.nn.Linear:
+        return SentenceEncoder.from_pretrained(path, pooler="cls", mlp_init=mlp_init, seed=seed).mlp[0]
+
+    a, b, c = mlp(1), mlp(1), mlp(2)
+    assert torch.equal(a.weight, b.weight)  # same seed, same MLP
+    assert not torch.equal(a.weight, c.weight)
+    _assert_normal(a.weight, 0.02)
+    assert torch.equal(a.bias, torch.zeros(WIDE)) and torch.equal(c.bias, torch.zeros(WIDE))
+    pre = mlp(1, mlp_init="pretrained")  # the backbone's own pooler layer, untouched by the init
+    assert torch.equal(pre.weight, pooler_w) and torch.equal(pre.bias, pooler_b)

@@ -209,24 +209,37 @@ def test_sentence_transformers_encode_matches_ours(minilm_path):
     torch.testing.assert_close(ours, theirs.float().cpu(), atol=1e-4, rtol=1e-4)
 
 
-def test_fused_adamw_step_equals_default_adamw(tiny_encoder_factory):
-    """Fused AdamW (one kernel over all parameters; sentence-transformers' default) takes the same steps
-    as the default per-tensor AdamW, so a trainer may switch to it for speed."""
-    a, b = tiny_encoder_factory(pooler="cls"), tiny_encoder_factory(pooler="cls")
-    lr = 1e-3
-    opt_a = torch.optim.AdamW(a.parameters(), lr=lr, weight_decay=0.01)
-    opt_b = torch.optim.AdamW(b.parameters(), lr=lr, weight_decay=0.01, fused=True)
-    batch = a.tokenize(_sentences(8))
-    loss_fn = build_loss("infonce", 0.05)
-    for model, opt in ((a, opt_a), (b, opt_b)):
-        model.eval()  # no dropout: both see the same forward
-        for _ in range(3):
-            z = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-            loss = loss_fn(z, 0.5 * z + 0.5 * z.roll(1, 0))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-    # Within 5% of one step (lr): the fused kernel rounds sqrt(v) + eps slightly differently, which
-    # shows only on elements whose second moment is near zero.
-    for pa, pb in zip(a.parameters(), b.parameters()):
-        torch.testing.assert_close(pa, pb, atol=0.05 * lr, rtol=0)
+@pytest.mark.parametrize("weight_decay", [0.0, 0.03])
+def test_training_setup_builds_the_reference_optimizer_and_schedule(
+    tiny_encoder_factory, tmp_path, weight_decay
+):
+    """The trainer's optimizer and schedule are SimCSE's (HF Trainer defaults): AdamW, eps 1e-8, betas
+    (0.9, 0.999), the config's lr and weight decay over every encoder parameter; the lr of step k
+    (1-based) is lr (1 - (k - 1) / T), no warm-up, and exactly 0 after the last of the T steps."""
+    from focalcse.config import TrainConfig
+    from focalcse.core.distributed import DistributedContext
+    from focalcse.core.training import _setup
+
+    encoder = tiny_encoder_factory(pooler="cls")
+    corpus = [[101, 2000 + i, 2001 + i, 102] for i in range(40)]
+    cfg = TrainConfig(batch_size=4, lr=3e-5, weight_decay=weight_decay, max_steps=7, eval_at_start=False)
+    loop = _setup(encoder, corpus, cfg, tmp_path / "work", DistributedContext(), resume=False)
+    opt = loop.optimizer
+    assert type(opt) is torch.optim.AdamW
+    (group,) = opt.param_groups
+    assert group["eps"] == 1e-8
+    assert tuple(group["betas"]) == (0.9, 0.999)
+    assert group["weight_decay"] == weight_decay
+    assert group["initial_lr"] == cfg.lr == group["lr"]  # no warm-up: step 1 runs at the full lr
+    assert not group["amsgrad"] and not group["maximize"]
+    assert {id(p) for p in group["params"]} == {id(p) for p in encoder.parameters()}
+    total = loop.total
+    assert total == cfg.max_steps
+    seen = []
+    for _ in range(total):  # the lr each step uses, then the scheduler step after it (as _step)
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()  # no gradients: a no-op, only keeps the optimizer-before-scheduler order
+        loop.scheduler.step()
+    expected = [cfg.lr * (total - k) / total for k in range(total)]
+    assert seen == pytest.approx(expected, rel=1e-12, abs=0)
+    assert opt.param_groups[0]["lr"] == 0.0  # decayed to exactly 0 at the end of the run

@@ -152,6 +152,8 @@ def test_result_shape_and_dev_curve(reference_run) -> None:
     assert result.steps == total == 13
     assert [h["step"] for h in result.history] == list(range(1, total + 1))
     assert all(math.isfinite(h["loss"]) and h["loss"] > 0 for h in result.history)
+    assert all(set(h) == {"step", "loss", "lr", "grad_norm"} for h in result.history)
+    assert all(math.isfinite(h["grad_norm"]) and h["grad_norm"] > 0 for h in result.history)
     assert [d["step"] for d in result.dev_curve] == [0, 4, 8, 12, 13]  # start, every 4 steps, the end
     later = [d for d in result.dev_curve if d["step"] > 0]
     best = max(later, key=lambda d: d["stsb_dev_spearman"])  # step 0 is never selected
@@ -182,8 +184,10 @@ def test_log_metrics_calls(reference_run) -> None:
     dev_calls = [(m, s) for m, s in calls if "stsb_dev_spearman" in m]
     assert len(train_calls) + len(dev_calls) == len(calls)
     assert [s for _, s in train_calls] == list(range(1, _steps() + 1))
-    assert all(set(m) == {"loss", "lr"} for m, _ in train_calls)
-    assert [m["loss"] for m, _ in train_calls] == [h["loss"] for h in result.history]
+    assert all(set(m) == {"loss", "lr", "grad_norm"} for m, _ in train_calls)
+    assert [m for m, _ in train_calls] == [
+        {k: h[k] for k in ("loss", "lr", "grad_norm")} for h in result.history
+    ]
     assert [s for _, s in dev_calls] == [d["step"] for d in result.dev_curve]
     assert [m["stsb_dev_spearman"] for m, _ in dev_calls] == [
         d["stsb_dev_spearman"] for d in result.dev_curve

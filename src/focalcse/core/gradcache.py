@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from focalcse.core.losses.base import fp32_loss_math
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -79,7 +81,9 @@ def cached_contrastive_loss(
     """The two-view contrastive loss of a batch, computed in chunks of ``chunk_size`` sequences.
 
     Call it where the plain code computes ``z = model(...)`` and ``loss_fn(z1, z2)`` (inside the same
-    autocast context; half-precision embeddings are cast to float32 for the loss); then ``loss.backward()`` as usual: the backward re-runs each
+    autocast context; half-precision embeddings are cast to float32 for the loss, whose value and
+    gradient ``dL/dz`` are computed in float32 as on the plain path); then ``loss.backward()`` as
+    usual: the backward re-runs each
     chunk's forward with its replayed RNG state and back-propagates the cached embedding gradients,
     accumulating into the parameters' ``.grad``.
 
@@ -122,10 +126,13 @@ def cached_contrastive_loss(
     z = torch.cat(parts).detach().requires_grad_()  # (2N, d)
     del parts
 
-    # 2. Loss over the whole batch and its gradient w.r.t. the embeddings.
+    # 2. Loss over the whole batch and its gradient w.r.t. the embeddings. Backward ops run under the
+    # autocast state of the thread: inside the caller's bf16 block this backward would redo the loss's
+    # fp32 matmuls in bf16, so it runs with autocast off (as the plain path's backward, after the block).
     with torch.enable_grad():
         loss = loss_fn(_upcast(z[:n]), _upcast(z[n:]))
-        (grad_z,) = torch.autograd.grad(loss, z)  # (2N, d)
+        with fp32_loss_math(device):
+            (grad_z,) = torch.autograd.grad(loss, z)  # (2N, d)
 
     # 3. On backward: re-forward each chunk with graph and the same dropout, push grad_z through it.
     def replay(grad_loss: torch.Tensor) -> None:

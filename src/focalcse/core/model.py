@@ -78,6 +78,8 @@ class SentenceEncoder(nn.Module):
         self.source = source
         hidden = backbone.config.hidden_size
         self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) if pooler == "cls" else None
+        if self.mlp is not None:
+            init_mlp(self.mlp[0], backbone.config)
 
     # ---------------------------------------------------------------- loading
     @classmethod
@@ -99,9 +101,10 @@ class SentenceEncoder(nn.Module):
                 evaluation pooler, and any other value is refused.
             mlp_only_train: SimCSE's flag (``cls`` only).
             max_seq_len: truncation length.
-            mlp_init: ``fresh`` (a new MLP, as SimCSE) or ``pretrained`` (copy the backbone's own
-                pooler dense layer; what SimCSE's evaluation does with ``--pooler cls``).
-            seed: seeds the fresh MLP's initialisation.
+            mlp_init: ``fresh`` (a new MLP initialised as the backbone's layers, see :func:`init_mlp`; as
+                SimCSE) or ``pretrained`` (copy the backbone's own pooler dense layer; what SimCSE's
+                evaluation does with ``--pooler cls``).
+            seed: seeds the fresh MLP's initialisation (None: the current torch RNG state).
             attn_implementation: passed to ``AutoModel``; ``sdpa`` is PyTorch's fused attention.
         """
         path = resolve_backbone(name_or_path)
@@ -217,6 +220,24 @@ class SentenceEncoder(nn.Module):
                 tmp, eval_pooler, self.backbone.config.hidden_size, eval_max_length(self), self.mlp
             )
         return path
+
+
+def init_mlp(linear: nn.Linear, config: Any) -> None:
+    """Initialise the fresh MLP's linear layer as SimCSE's ``cl_init`` does (``init_weights``, i.e. the
+    backbone's own ``_init_weights``): weights N(0, ``config.initializer_range``), bias 0.
+
+    PyTorch's default (Kaiming-uniform) would give a different scale (std 1 / sqrt(3 hidden), 0.021 at
+    768 but 0.1 at 32) from the 0.02 of every BERT/RoBERTa layer. Draws from the torch RNG, so the
+    caller's seed fixes it.
+
+    Args:
+        linear: the MLP's ``nn.Linear``.
+        config: the backbone's ``transformers`` config (``initializer_range``; 0.02 if absent).
+    """
+    std = float(getattr(config, "initializer_range", 0.02))
+    with torch.no_grad():
+        linear.weight.normal_(mean=0.0, std=std)
+        linear.bias.zero_()
 
 
 def read_record(path: str | os.PathLike) -> EncoderRecord | None:

@@ -1,9 +1,15 @@
 """Unsupervised SimCSE training with any registered contrastive loss (InfoNCE, Focal-InfoNCE, ...).
 
 Each batch of N sentences is encoded twice in train mode in one forward over the concatenated
-(2N, L) batch, so the two dropout masks give two views; the loss compares view 1 with view 2. AdamW,
-linear decay without warm-up, STS-B dev Spearman every ``eval_steps`` with the best checkpoint kept
-(SimCSE's ``--metric_for_best_model stsb_spearman --load_best_model_at_end``).
+(2N, L) batch, so the two dropout masks give two views; the loss compares view 1 with view 2. AdamW
+(eps 1e-8, betas (0.9, 0.999)), linear decay to 0 without warm-up, the global gradient norm clipped to
+``max_grad_norm`` before every optimizer step (HF Trainer's ``max_grad_norm``, the official fork's
+``clip_grad_norm_``), STS-B dev Spearman every ``eval_steps`` with the best checkpoint kept (SimCSE's
+``--metric_for_best_model stsb_spearman --load_best_model_at_end``).
+
+Precision: with ``precision: bf16`` the encoder's forward runs under autocast, while the loss math
+(cosines, logits, cross-entropy) stays float32 (:mod:`focalcse.core.losses.base`); gradients,
+their norm and the optimizer state are float32.
 """
 
 from __future__ import annotations
@@ -139,8 +145,8 @@ def train(
             when training succeeds: checkpoints go to ``work_dir`` and are moved here at the end, so a
             failed run never leaves a partial model where DVC (or a user) would take it as finished.
         dev_evaluator: returns STS-B dev Spearman x 100; None trains without selection (last model kept).
-        log_metrics: ``callback(metrics, step)``; loss and lr every ``log_every`` steps, dev Spearman at
-            each evaluation.
+        log_metrics: ``callback(metrics, step)``; loss, lr and the pre-clip gradient norm
+            (``grad_norm``) every ``log_every`` steps, dev Spearman at each evaluation.
         save_extra: extra fields recorded in the saved model's ``focalcse.json``.
         progress: show a tqdm bar.
         work_dir: checkpoint folder (default: hidden ``.<name>.work`` beside ``output_dir``); removed on
@@ -179,14 +185,14 @@ def train(
     for step, idx in enumerate(loop.batches[loop.start_step :], start=loop.start_step + 1):
         t0 = time.perf_counter()
         try:
-            loss, lr = _step(loop, cfg, idx, parallel, step)
+            loss, lr, grad_norm = _step(loop, cfg, idx, parallel, step)
         except NonFiniteLossError:
             bar.close()
             raise
         result.train_seconds += time.perf_counter() - t0
         result.sentences_seen += len(idx)
         if step % cfg.log_every == 0 or step == total:
-            metrics = {"loss": float(loss.item()), "lr": float(lr)}
+            metrics = {"loss": float(loss.item()), "lr": float(lr), "grad_norm": grad_norm}
             result.history.append({"step": step, **metrics})
             log_metrics(metrics, step)
         bar.update(1)
@@ -254,7 +260,10 @@ def _setup(
     total = len(batches)
     if total == 0:
         raise ValueError(f"no training batch: {n} sentences with batch_size {cfg.batch_size}")
-    optimizer = torch.optim.AdamW(encoder.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # HF Trainer's AdamW settings (SimCSE), written out so a torch default change cannot move them.
+    optimizer = torch.optim.AdamW(
+        encoder.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=cfg.weight_decay
+    )
     # Linear decay to 0 over the run, no warm-up (SimCSE / HF Trainer defaults).
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total))
     result = TrainResult(
@@ -291,8 +300,20 @@ def _setup(
 
 def _step(
     loop: _Loop, cfg: TrainConfig, idx: list[int], parallel: DistributedContext, step: int
-) -> tuple[torch.Tensor, float]:
-    """One optimizer step on global batch ``idx``; returns the loss and the learning rate it used."""
+) -> tuple[torch.Tensor, float, float]:
+    """One optimizer step on global batch ``idx``.
+
+    After ``loss.backward()`` the gradients are complete on every path: GradCache's re-forward runs
+    inside that backward, and DDP all-reduces (averages) them during it, so the norm clipped here is
+    the global one, equal on every rank.
+
+    Returns:
+        The loss, the learning rate the step used, and the total gradient norm before clipping.
+
+    Raises:
+        NonFiniteLossError: the loss or the gradient norm is NaN or inf (before the optimizer step, so
+            the weights stay finite).
+    """
     ids, mask = pad_batch([loop.ids_column[i] for i in parallel.shard(idx)], loop.pad_id)  # this rank's part
     ids2, mask2 = (
         torch.cat([ids, ids]).to(loop.device),
@@ -309,10 +330,20 @@ def _step(
         )
     loop.optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    # max_norm inf (clipping off) still returns the norm; the scale factor is then clamped to 1.0
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(loop.encoder.parameters(), max_norm))
+    if not math.isfinite(grad_norm):
+        raise NonFiniteLossError(
+            f"gradient norm is {grad_norm} at step {step} (loss {loss.item():.6g}, loss={cfg.loss}, lr={cfg.lr}, "
+            f"temperature={cfg.temperature}, precision={cfg.precision}); training stopped before the "
+            f"optimizer step. Last good checkpoint: {loop.ckpt.folder} (step {loop.ckpt.step}); "
+            f"best model so far: {loop.best_dir} (step {loop.result.best_step})"
+        )
     loop.optimizer.step()
     lr = loop.scheduler.get_last_lr()[0]
     loop.scheduler.step()
-    return loss, lr
+    return loss, lr, grad_norm
 
 
 def _evaluate_dev(

@@ -73,8 +73,7 @@ class HCL(ContrastiveLoss):
         self.beta, self.tau_plus = float(beta), float(tau_plus)
 
     def loss_from_sim(self, sim: torch.Tensor, positive_offset: int = 0) -> torch.Tensor:
-        # float32 at least, as loss_from_logits: under bf16 autocast the cosine matrix may be bf16
-        sim = sim.float() if sim.dtype in (torch.float16, torch.bfloat16) else sim
+        # float32 at least and autocast off: ContrastiveLoss wraps this override (fp32_loss_math)
         logits = sim / self.temperature  # (N, M)
         is_pos = positive_mask(sim, positive_offset)  # (N, M)
         log_w = hcl_weights(logits, ~is_pos, self.beta)  # (N, M), -inf at the positives
