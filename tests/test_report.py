@@ -25,12 +25,14 @@ from focalcse.core import losses as loss_registry
 from focalcse.core.losses import loss_spec, register_module
 from focalcse.data import tasks as task_registry
 from focalcse.eval.hard_negatives import hardest_negatives
+from focalcse.eval.stats import holm
 from focalcse.layout import Layout, run_name
 from focalcse.report import PUBLISHED, SECTIONS, build_report, figures, labels, load_report_data, sections
-from focalcse.report.data import ReportData
-from focalcse.report.figures import rescaled_logit
+from focalcse.report.data import AblationPoint, ReportData
+from focalcse.report.figures import is_hard_negative, logit_vertex, rescaled_logit
 from focalcse.report.published import PublishedError, parse_published, published_rows
-from focalcse.report.render import Doc, Table
+from focalcse.report.recipe import recipe
+from focalcse.report.render import Doc, Table, to_markdown
 from focalcse.steps import significance as significance_step
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,25 +61,30 @@ def _params_with(tmp_path: Path, **sections: dict) -> Path:
 
 
 def test_real_params_files_have_the_ablation_and_report_sections() -> None:
-    for name, steps in (("params.yaml", 24), ("params/paper.yaml", 0)):
+    for name in ("params.yaml", "params/paper.yaml"):
         p = load_params(REPO / name)
-        assert p.ablation.temperatures == (0.03, 0.05, 0.07, 0.1)  # the paper's Table 4
-        assert p.ablation.ms == (0.1, 0.2, 0.3, 0.4, 0.5)
-        assert p.ablation.loss == "focal_infonce" and p.ablation.max_steps == steps
+        assert p.ablation.loss == "focal_infonce" and p.ablation.seed in p.sweep.seeds
         assert p.ablation_backbone == p.sweep.backbones[0]
+        for kind in ("tau", "m"):  # the lists name only the trained values; the default is reused
+            default = p.ablation_default(kind)
+            assert default not in p.ablation_values(kind) and default in p.ablation_points(kind)
         assert p.report.hard_negatives >= 1 and 0 <= p.report.hard_negative_max_gold <= 5
+    paper = load_params(REPO / "params/paper.yaml")
+    assert paper.ablation_points("tau") == (0.03, 0.05, 0.07, 0.1)  # the paper's Table 4
+    assert paper.ablation_points("m") == (0.1, 0.2, 0.3, 0.4, 0.5)
 
 
 def test_ablation_items_change_only_their_parameter() -> None:
     p = load_params(REPO / "params.yaml")
-    base = p.train_config(p.ablation_backbone, p.ablation.loss, p.ablation.seed)
+    base = p.ablation_base_config()
+    assert base == p.train_config(p.ablation_backbone, p.ablation.loss, p.ablation.seed)
     tau = p.ablation_train_config("tau", 0.1)
     assert tau.temperature == 0.1
     assert tau.hyper_value("m") == base.hyper_value("m") == p.train.hyper_value("m")
     m = p.ablation_train_config("m", 0.5)
     assert m.hyper_value("m") == 0.5 and m.temperature == base.temperature
-    for cfg in (tau, m):
-        assert cfg.max_steps == p.ablation.max_steps and cfg.loss == "focal_infonce"
+    for cfg in (tau, m):  # as long as the main runs
+        assert (cfg.max_steps, cfg.epochs) == (base.max_steps, base.epochs) and cfg.loss == "focal_infonce"
         assert cfg.seed == p.ablation.seed and cfg.lr == base.lr and cfg.batch_size == base.batch_size
     paper = load_params(REPO / "params/paper.yaml")  # bert-base-uncased: tau 0.07 from its override
     m = paper.ablation_train_config("m", 0.2)
@@ -89,13 +96,16 @@ def test_ablation_items_change_only_their_parameter() -> None:
 @pytest.mark.parametrize(
     ("section", "values", "message"),
     [
-        ("ablation", {"temperatures": [0.05, 0]}, "ablation.temperatures"),
+        ("ablation", {"temperatures": [0.03, 0]}, "ablation.temperatures"),
+        ("ablation", {"temperatures": [0.05, 0.1]}, "ablation.temperatures"),  # the default: reused
+        ("ablation", {"ms": [0.3]}, "ablation.ms"),
+        ("ablation", {"seed": 7}, "ablation.seed"),
         ("ablation", {"temperatures": ["hot"]}, "ablation.temperatures"),
         ("ablation", {"temperatures": []}, "ablation.temperatures"),
         ("ablation", {"ms": [0.1, 0.1]}, "ablation.ms"),
         ("ablation", {"ms": [-0.1]}, "ablation.ms"),
         ("ablation", {"loss": "triplet"}, "ablation.loss"),
-        ("ablation", {"max_steps": -1}, "ablation.max_steps"),
+        ("ablation", {"max_steps": 24}, "unknown key"),  # ablation runs are as long as the main ones
         ("ablation", {"steps": 3}, "unknown key"),
         ("report", {"hard_negatives": 0}, "report.hard_negatives"),
         ("report", {"hard_negative_max_gold": 6.0}, "report.hard_negative_max_gold"),
@@ -132,6 +142,21 @@ def test_figure1_rescaled_logit_exceeds_infonce_exactly_past_one_minus_m(m: floa
     assert np.array_equal(rescaled_logit(s, m) > s, s > 1 - m)
 
 
+def test_figure1_classifies_negatives_by_the_papers_rule_at_hand_points() -> None:
+    # m = 0.3: hard iff s > 0.7. s = -0.5 has s(s+m) = 0.1 > s, but is easy by the paper's rule.
+    s = np.array([-0.9, -0.5, -0.15, 0.0, 0.3, 0.69, 0.71, 0.9, 1.0])
+    assert is_hard_negative(s, 0.3).tolist() == [False] * 6 + [True] * 3
+    assert (rescaled_logit(np.array([-0.5]), 0.3) > -0.5).all()  # the old rule would call it hard
+    assert is_hard_negative(0.55, 0.5) and not is_hard_negative(0.45, 0.5)
+    assert not is_hard_negative(0.95, 0.0) and is_hard_negative(0.95, 0.1)
+    # the vertex of s(s+m): s = -m/2, value -m^2/4; the gradient (2s+m) changes sign there
+    for m in (0.1, 0.3, 0.5):
+        vs, vy = logit_vertex(m)
+        assert (vs, vy) == pytest.approx((-m / 2, -m * m / 4))
+        assert rescaled_logit(np.array([vs]), m)[0] == pytest.approx(vy)
+        assert 2 * (vs - 1e-3) + m < 0 < 2 * (vs + 1e-3) + m
+
+
 def test_published_rows_are_labelled_and_their_averages_match_their_tasks() -> None:
     assert {r.backbone for r in PUBLISHED} == {
         "bert-base-uncased",
@@ -143,7 +168,7 @@ def test_published_rows_are_labelled_and_their_averages_match_their_tasks() -> N
         assert r.source and r.label and "avg" in r.scores
         if len(r.scores) > 1:  # full rows: the average is the mean of the 7 tasks, to rounding
             assert set(r.scores) == {*TASKS, "avg"}
-            assert np.mean([r.scores[t] for t in TASKS]) == pytest.approx(r.scores["avg"], abs=0.006)
+            assert np.mean([r.scores[t] for t in TASKS]) == pytest.approx(r.scores["avg"], abs=0.005)
     bert = {(r.loss, r.scores["avg"]) for r in PUBLISHED if r.backbone == "bert-base-uncased"}
     assert ("infonce", 76.25) in bert and ("focal_infonce", 77.32) in bert  # method.md
 
@@ -269,26 +294,40 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
                 mean, std = _pm(cell)
                 assert mean == pytest.approx(np.mean(vals), abs=0.0051)
                 assert std == pytest.approx(np.std(vals, ddof=1), abs=0.0051)
-        # every loss but the baseline has its own Δ and p rows against the baseline
+        # every loss but the baseline has its own Δ, raw p and Holm p rows against the baseline
         assert set(entry["ttest"]) == set(sw.losses) - {sig["baseline"]}
-        assert sum(name.startswith("paired t-test p") for name in rows) == len(entry["ttest"])
+        assert sum(name.startswith("paired t-test p, raw") for name in rows) == len(entry["ttest"])
+        assert sum(name.startswith("p (Holm)") for name in rows) == len(entry["ttest"])
+        family = [t for t in task_registry.TASKS if t in params.eval.tasks] + ["avg"]
+        assert sig["holm_family"] == family
+        names = list(rows)
         for loss, tests in entry["ttest"].items():
             pair = f"{label(loss)} − {label(sig['baseline'])}"
-            p_row, d_row = rows[f"paired t-test p ({pair})"], rows[f"Δ mean ({pair})"]
-            assert int(p_row[1]) == int(d_row[1]) == len(entry["paired_seeds"][loss])
-            for key, p_cell, d_cell in zip(keys, p_row[2:], d_row[2:]):
+            raw_name = f"paired t-test p, raw ({pair}); * = raw p < {sig['alpha']:g}"
+            holm_name = f"p (Holm) ({pair}); * = Holm-adjusted p < {sig['alpha']:g}"
+            assert names.index(holm_name) == names.index(raw_name) + 1  # right under the raw p
+            p_row, h_row, d_row = rows[raw_name], rows[holm_name], rows[f"Δ mean ({pair})"]
+            assert int(p_row[1]) == int(h_row[1]) == int(d_row[1]) == len(entry["paired_seeds"][loss])
+            # the family's Holm values are holm() of its raw p-values, in significance.json
+            adjusted = holm([tests[k]["p_value"] for k in family])
+            assert np.allclose([tests[k]["p_holm"] for k in family], adjusted, equal_nan=True, rtol=1e-12)
+            for key, p_cell, h_cell, d_cell in zip(keys, p_row[2:], h_row[2:], d_row[2:]):
                 t = tests[key]
                 if math.isnan(t["p_value"]):
-                    assert p_cell == "n/a"
+                    assert p_cell == h_cell == "n/a"
                 else:
                     p, star = _p(p_cell)
                     assert p == pytest.approx(t["p_value"], rel=6e-3) and star == t["significant"]
+                    p, star = _p(h_cell)
+                    assert p == pytest.approx(t["p_holm"], rel=6e-3) and star == t["significant_holm"]
+                    assert t["significant_holm"] == (t["p_holm"] < sig["alpha"])
                 assert float(d_cell) == pytest.approx(t["mean_diff"], abs=0.0051)
         published = [r for r in PUBLISHED if r.backbone in (b, params.backbone_source(b))]
-        shown = [r for name, r in rows.items() if name.startswith("Published:")]
+        shown = [r for name, r in rows.items() if name.startswith(("Published:", "Derived:"))]
         assert len(shown) == len(published)
         for r, row in zip(published, shown):
             assert r.label in row[0] and r.source in row[0]
+            assert row[0].startswith("Derived:") == bool(r.derived)
             for key, cell in zip(keys, row[2:]):
                 assert cell == (f"{r.scores[key]:.2f}" if key in r.scores else "–")
 
@@ -298,7 +337,7 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
             pair = f"{label(loss)} − {label(sig['baseline'])}"
             d_row = t3[f"Δ mean ({pair})"]
             assert float(d_row[4]) == pytest.approx(tests["STSBenchmark"]["mean_diff"], abs=0.0051)
-            assert f"paired t-test p ({pair})" in t3
+            assert f"paired t-test p, raw ({pair}); * = raw p < {sig['alpha']:g}" in t3
         for loss in sw.losses:
             row = t3[f"{label(loss)}, ours"]
             for key, cell, tol in zip(
@@ -313,29 +352,53 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
                     np.std(vals, ddof=1), **{**tol, "abs": 1e-12 if "rel" in tol else 0.0051}
                 )
 
-    # ---- Tables 4 and 5: one row per swept value, in params order
+    # ---- Tables 4 and 5: one row per point, ascending; the default point is the main sweep's run
     items = (
         [_json(p) for p in sorted((metrics / "ablation").glob("*.json"))]
         if (metrics / "ablation").is_dir()
         else []
     )
-    base = params.train_config(params.ablation_backbone, params.ablation.loss, params.ablation.seed)
-    for number, kind, values, default in (
-        (4, "tau", params.ablation.temperatures, base.temperature),
-        (5, "m", params.ablation.ms, base.hyper_value("m")),
-    ):
+    ab = params.ablation
+    main = (params.ablation_backbone, ab.loss, ab.seed)
+    main_eval = _json(metrics / "eval" / f"{run_name(*main)}.json")
+    main_train = _json(metrics / "train" / f"{run_name(*main)}.json")
+    band = [evals[(main[0], main[1], s)]["STSBenchmark"] for s in sw.seeds]
+    band_text = f"{min(band):.2f}–{max(band):.2f}, width {max(band) - min(band):.2f}."
+    paragraphs = [line for line in md.splitlines() if line.startswith("Seed band")]
+    assert len(paragraphs) == 2
+    for number, kind, paragraph in ((4, "tau", paragraphs[0]), (5, "m", paragraphs[1])):
+        points, default = params.ablation_points(kind), params.ablation_default(kind)
+        assert default in points and default not in params.ablation_values(kind)
         rows = _table(tables, f"Table {number} — ")[1:]
-        assert len(rows) == len(values)
-        for value, row in zip(values, rows):
+        assert len(rows) == len(points)
+        scores = []
+        for value, row in zip(points, rows):
             assert float(row[0].split()[0]) == pytest.approx(value)
-            assert row[0].endswith("(train default)") == math.isclose(value, default)
-            item = next((i for i in items if i["kind"] == kind and math.isclose(i["value"], value)), None)
-            if item is None:
-                assert row[1] == "not run"
-                continue
-            assert float(row[1]) == pytest.approx(item["STSBenchmark"], abs=0.0051)
-            assert float(row[2]) == pytest.approx(item["stsb_dev_best"], abs=0.0051)
-            assert int(row[3]) == item["best_step"]
+            is_default = math.isclose(value, default)
+            assert row[0].endswith(f"(main sweep, seed {ab.seed})") == is_default
+            if is_default:  # from the main run's files, never from an ablation file at that value
+                want = (main_eval["STSBenchmark"], main_train["stsb_dev_best"], main_train["best_step"])
+            else:
+                item = next((i for i in items if i["kind"] == kind and math.isclose(i["value"], value)), None)
+                if item is None:
+                    assert row[1:] == ["not run", "–", "–"]
+                    continue
+                want = (item["STSBenchmark"], item["stsb_dev_best"], item["best_step"])
+            assert float(row[1]) == pytest.approx(want[0], abs=0.0051)
+            assert float(row[2]) == pytest.approx(want[1], abs=0.0051)
+            assert int(row[3]) == want[2]
+            scores.append(want[0])
+        # the seed band and the sentence under each table, from the files
+        assert paragraph.split(": ", 1)[1].startswith(band_text), paragraph
+        sym = {"tau": "τ", "m": "m"}[kind]
+        if len(scores) >= 2:
+            width = max(scores) - min(scores)
+            verdict = "more than" if width > max(band) - min(band) else "not more than"
+            assert (
+                f"The {sym} sweep spans {width:.2f} ({min(scores):.2f}–{max(scores):.2f}), {verdict} "
+                f"the seed band's {max(band) - min(band):.2f}"
+            ) in paragraph
+            assert ("within seed noise" in paragraph) == (verdict == "not more than")
 
     # ---- hard negatives
     hn_file = metrics / "hard_negatives.json"
@@ -370,10 +433,7 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
     walls += [
         i["wall_seconds"]
         for i in items
-        if any(
-            math.isclose(i["value"], v)
-            for v in (params.ablation.temperatures if i["kind"] == "tau" else params.ablation.ms)
-        )
+        if any(math.isclose(i["value"], v) for v in params.ablation_values(i["kind"]))
     ]
     walls += [_json(hn_file)["wall_seconds"]] if hn_file.is_file() else []
     m = re.search(rf"Wall time: \d+:\d\d:\d\d \(({NUM}) s\)", md)
@@ -384,8 +444,8 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
 # ---------------------------------------------------------------- synthetic metrics
 def write_synthetic_metrics(project: Path, params: Params) -> None:
     """Under ``project/metrics``: per-run eval/train/curve files for the sweep, a stale run outside it,
-    ablation items (one value left out, one stale value), the hard negatives; significance.json by the
-    real step."""
+    ablation items (one value left out, one stale value, stale files at the default points), the hard
+    negatives; significance.json by the real step."""
     root = Layout.at(project).metrics_dir
     rng = np.random.default_rng(0)
     meta = {
@@ -412,19 +472,29 @@ def write_synthetic_metrics(project: Path, params: Params) -> None:
                 ev["uniformity"] = float(-2.5 + 0.3 * rng.random())
                 ev["meta"] = {**meta, "backbone": b, "loss": loss, "seed": seed, "wall_time_s": 10.0 + seed}
                 dump(root / "eval" / f"{name}.json", ev)
-                dump(root / "train" / f"{name}.json", {"wall_seconds": 100.5 + seed, "meta": meta})
+                train = {
+                    "wall_seconds": 100.5 + seed,
+                    "meta": meta,
+                    "stsb_dev_best": float(80 + rng.random()),
+                }
+                dump(root / "train" / f"{name}.json", {**train, "best_step": 4 + seed, "steps": 8})
                 dump(root / "curves/loss" / f"{name}.json", [{"step": i, "loss": 3 / i} for i in range(1, 9)])
                 dump(
                     root / "curves/dev" / f"{name}.json",
                     [{"step": i, "stsb_dev_spearman": 70 + i + rng.random()} for i in (0, 4, 8)],
                 )
     significance_step.run(params, Layout.at(project))
-    for kind, values in (("tau", params.ablation.temperatures[:-1]), ("m", [*params.ablation.ms, 0.9])):
+    # stale files at the default points (0.05 / 0.3, the main sweep's run) must be ignored
+    stale = {"tau": params.ablation_default("tau"), "m": params.ablation_default("m")}
+    for kind, values in (
+        ("tau", [*params.ablation.temperatures[:-1], stale["tau"]]),
+        ("m", [*params.ablation.ms, 0.9, stale["m"]]),
+    ):
         for v in values:
             item = {
                 "kind": kind,
                 "value": v,
-                "STSBenchmark": float(75 + rng.random()),
+                "STSBenchmark": 12.345 if v == stale[kind] else float(75 + rng.random()),
                 "stsb_dev_best": float(80 + rng.random()),
                 "best_step": 8,
                 "wall_seconds": 7.25,
@@ -479,7 +549,7 @@ def synthetic(tmp_path) -> tuple[Params, Path]:
             "losses": ["infonce", "focal_infonce"],
             "seeds": [1, 2, 3],
         },
-        ablation={"temperatures": [0.03, 0.05, 0.07], "ms": [0.2, 0.3], "max_steps": 5},
+        ablation={"temperatures": [0.03, 0.07], "ms": [0.2, 0.4]},
         report={"hard_negatives": 2},
         tracking={"experiment": "synthetic"},
     )
@@ -511,7 +581,10 @@ def test_report_from_synthetic_metrics_shows_exactly_their_numbers(synthetic) ->
     assert p_row[2] == "n/a"  # STS12
     # the left-out tau is shown as not run, the stale m = 0.9 is not shown
     assert _table(tables, "Table 4 — ")[-1][1] == "not run"
-    assert [r[0] for r in _table(tables, "Table 5 — ")[1:]] == ["0.2", "0.3 (train default)"]
+    assert [r[0] for r in _table(tables, "Table 4 — ")[1:]] == ["0.03", "0.05 (main sweep, seed 1)", "0.07"]
+    assert [r[0] for r in _table(tables, "Table 5 — ")[1:]] == ["0.2", "0.3 (main sweep, seed 1)", "0.4"]
+    md = (root / "reports/report.md").read_text()
+    assert "12.3" not in md  # the stale ablation files at the default points are not shown
     html_text = (root / "reports/index.html").read_text()
     assert "the &lt;b&gt;html&lt;/b&gt; &amp; more" in html_text  # sentences are escaped, not markup
     md = (root / "reports/report.md").read_text()
@@ -532,6 +605,7 @@ def test_a_failed_build_keeps_the_previous_report(synthetic) -> None:
 # ---------------------------------------------------------------- sections, registries, published data
 HEADINGS = [
     "What produced this report",
+    "Departures from the reference recipe",
     "Table 2: STS tasks (Spearman × 100)",
     "Table 3: alignment, uniformity and STS-B",
     "Tables 4 and 5: τ and m ablations (STS-B test)",
@@ -579,7 +653,7 @@ def test_the_section_list_drives_the_document(synthetic, monkeypatch) -> None:
         params, layout, commit="c2", sections=[sections.hard_negatives, extra_section, sections.sts_tables]
     )
     md = (root / "reports/report.md").read_text()
-    assert _headings(md) == [HEADINGS[-1], "Extra table", HEADINGS[1]]
+    assert _headings(md) == [HEADINGS[-1], "Extra table", HEADINGS[2]]
     assert set(paths) == {"markdown", "html"} and not (root / "reports/figures").exists()
     page = PageParser()
     page.feed((root / "reports/index.html").read_text())
@@ -597,12 +671,13 @@ def test_the_section_list_drives_the_document(synthetic, monkeypatch) -> None:
 
 def _significance(backbone: str, means: dict[str, dict[str, float]], baseline: str = "infonce") -> dict:
     """A significance.json document: ``means[loss][key]``, std 0.5 over seeds 1-3, every other loss
-    tested against ``baseline`` (p 0.01, significant)."""
+    tested against ``baseline`` (p 0.01, significant; Holm p 0.08, not significant)."""
 
     def test(loss: str, key: str) -> dict:
         d = means[loss][key] - means[baseline][key]
         return {"statistic": 5.0, "p_value": 0.01, "mean_diff": d, "ci_low": d - 1, "ci_high": d + 1,
-                "n": 3, "alpha": 0.05, "significant": True}  # fmt: skip
+                "n": 3, "alpha": 0.05, "significant": True, "p_holm": 0.08,
+                "significant_holm": False}  # fmt: skip
 
     others = [x for x in means if x != baseline]
     return {
@@ -647,7 +722,11 @@ def test_a_loss_registered_only_by_its_spec_shows_its_label_and_colour(tmp_path,
     )
 
     params = load_params(
-        _params_with(tmp_path, sweep={"backbones": ["mini"], "losses": ["infonce", toy_loss]})
+        _params_with(
+            tmp_path,
+            sweep={"backbones": ["mini"], "losses": ["infonce", toy_loss]},
+            ablation={"loss": toy_loss},
+        )
     )
     sig = _significance(
         "mini", {"infonce": {"STS12": 70.0, "avg": 71.0}, toy_loss: {"STS12": 72.5, "avg": 71.25}}
@@ -656,7 +735,8 @@ def test_a_loss_registered_only_by_its_spec_shows_its_label_and_colour(tmp_path,
     rows = {r[0]: r for r in t2.rows}
     assert rows["Toy-NCE, ours"][2:] == ["72.50 ± 0.50", "71.25 ± 0.50"]
     assert rows["Δ mean (Toy-NCE − InfoNCE (SimCSE))"][2:] == ["+2.50", "+0.25"]
-    assert rows["paired t-test p (Toy-NCE − InfoNCE (SimCSE))"][2:] == ["0.01 *", "0.01 *"]
+    assert rows["paired t-test p, raw (Toy-NCE − InfoNCE (SimCSE)); * = raw p < 0.05"][2:] == ["0.01 *"] * 2
+    assert rows["p (Holm) (Toy-NCE − InfoNCE (SimCSE)); * = Holm-adjusted p < 0.05"][2:] == ["0.08"] * 2
     hn = {"max_gold": 1.0, "k": 0, "seed": 1, "backbones": {"mini": {
         "source": "m", "start_pooler": "cls", "candidates": 3, "pairs": [],
         "mean_cos": {"start": 0.3, "infonce": 0.2, toy_loss: 0.1}}}}  # fmt: skip
@@ -681,15 +761,27 @@ def test_every_tested_loss_has_its_own_delta_and_p_rows(tmp_path) -> None:
         "Focal-InfoNCE, ours",  # sweep order
         "InfoNCE (SimCSE), ours",
         "Δ mean (Focal-InfoNCE − InfoNCE (SimCSE))",
-        "paired t-test p (Focal-InfoNCE − InfoNCE (SimCSE))",
-    ]
+        "paired t-test p, raw (Focal-InfoNCE − InfoNCE (SimCSE)); * = raw p < 0.05",
+    ]  # Table 3: no Holm row (alignment and uniformity are outside the family)
     assert t3.rows[2][2:] == ["–", "–", "-1.00"] and t3.row_classes == ["ours", "ours", "test", "test"]
 
 
 def test_the_ablation_is_drawn_and_captioned_as_its_own_loss(tmp_path, monkeypatch, toy_loss) -> None:
-    params = load_params(_params_with(tmp_path, ablation={"loss": toy_loss, "temperatures": [0.05, 0.1]}))
+    params = load_params(
+        _params_with(
+            tmp_path,
+            sweep={"losses": ["infonce", toy_loss]},
+            ablation={"loss": toy_loss, "temperatures": [0.1], "ms": [0.5]},
+        )
+    )
     item = {"STSBenchmark": 70.0, "stsb_dev_best": 71.0, "best_step": 4}
-    data = ReportData(significance={}, ablation={"tau": [(0.05, item), (0.1, None)], "m": [(0.3, item)]})
+    data = ReportData(
+        significance={},
+        ablation={
+            "tau": [AblationPoint(0.05, item, 1), AblationPoint(0.1, None)],
+            "m": [AblationPoint(0.3, item, 1)],
+        },
+    )
     drawn: list[str] = []
     monkeypatch.setattr(figures, "loss_color", lambda loss: drawn.append(loss) or labels.loss_color(loss))
     ctx = sections.Context(params, data, Doc("t"), tmp_path / "out")
@@ -697,12 +789,19 @@ def test_the_ablation_is_drawn_and_captioned_as_its_own_loss(tmp_path, monkeypat
     assert drawn == [toy_loss, toy_loss] and ctx.paths["ablation"].is_file()  # one panel per kind
     captions = [t.caption for kind, t in ctx.doc.blocks if kind == "table"]
     assert len(captions) == 2 and all(c.startswith("Toy-NCE on ") for c in captions)
-    assert [r[0] for r in ctx.doc.blocks[1][1].rows] == ["0.05 (train default)", "0.1"]
+    assert [r[0] for r in ctx.doc.blocks[1][1].rows] == ["0.05 (main sweep, seed 1)", "0.1"]
+    assert all("as long as the main runs" in c and "one seed (1) per point" in c for c in captions)
+    # no main-sweep evaluations here: no seed band, said so
+    assert ctx.doc.blocks[2] == (
+        "p",
+        "Seed band: not available (fewer than two main-sweep seeds of Toy-NCE on `all-MiniLM-L6-v2` are "
+        "evaluated). The τ sweep has 1 scored point(s): no range to compare with seed noise.",
+    )
 
 
 def test_published_rows_come_from_the_data_file_and_may_hold_any_tasks() -> None:
     text = (REPO / "src/focalcse/report/published.yaml").read_text()
-    assert parse_published(yaml.safe_load(text)) == PUBLISHED and len(PUBLISHED) == 9
+    assert parse_published(yaml.safe_load(text)) == PUBLISHED and len(PUBLISHED) == 12
     future = {
         "backbone": "b",
         "loss": "infonce",
@@ -714,6 +813,10 @@ def test_published_rows_come_from_the_data_file_and_may_hold_any_tasks() -> None
     for bad in (
         {k: v for k, v in future.items() if k != "source"},
         {**future, "extra": 1},
+        {**future, "paper_baseline": "yes"},
+        {**future, "derived": {"avg": "2 + 0.4 (sum)"}},  # 2.4, not 2.5
+        {**future, "derived": {"avg": "two and a half"}},
+        {**future, "derived": {"STS13": "2.5"}},  # not one of its scores
         {**future, "label": ""},
         {**future, "scores": {}},
         {**future, "scores": {"avg": "77"}},
@@ -727,6 +830,213 @@ def test_published_rows_come_from_the_data_file_and_may_hold_any_tasks() -> None
     bert = published_rows("google-bert/bert-base-uncased")
     assert [r.scores["avg"] for r in bert] == [76.25, 75.68, 77.32]
     assert published_rows("mini", "example-org/mini") == [] and published_rows("x", "FacebookAI/roberta-base")
+
+
+# the abstract's gains of Focal-InfoNCE over the paper's own SimCSE runs (method.md), by backbone
+ABSTRACT_GAINS = {
+    "bert-base-uncased": 1.64,
+    "bert-large-uncased": 0.82,
+    "roberta-base": 1.51,
+    "roberta-large": 0.75,
+}
+
+
+def _published_doc() -> dict:
+    return yaml.safe_load((REPO / "src/focalcse/report/published.yaml").read_text())
+
+
+def test_derived_rows_equal_their_stated_arithmetic_and_the_papers_gains() -> None:
+    raw = _published_doc()
+    derived = [r for r in raw["rows"] if "derived" in r]
+    assert {r["backbone"] for r in derived} == {"bert-large-uncased", "roberta-base", "roberta-large"}
+    for r in derived:
+        for key, text in r["derived"].items():
+            m = re.match(r"^\s*(\d+\.\d+)\s*[−-]\s*(\d+\.\d+)\s*\(", text)  # "a − b (why)"
+            assert m, text
+            a, b = float(m.group(1)), float(m.group(2))
+            assert r["scores"][key] == pytest.approx(a - b, abs=1e-9)
+            # a is the same backbone's Focal-InfoNCE average, b the abstract's gain for it
+            focal = next(
+                x for x in raw["rows"] if x["backbone"] == r["backbone"] and x["loss"] == "focal_infonce"
+            )
+            assert (a, b) == (focal["scores"]["avg"], ABSTRACT_GAINS[r["backbone"]])
+    # one paper baseline per backbone: Focal-InfoNCE's average minus the abstract's gain
+    for backbone, gain in ABSTRACT_GAINS.items():
+        rows = [x for x in raw["rows"] if x["backbone"] == backbone]
+        (own,) = [x for x in rows if x.get("paper_baseline")]
+        (focal,) = [x for x in rows if x["loss"] == "focal_infonce"]
+        assert own["loss"] == "infonce" and "SimCSE paper" not in own["source"]
+        assert own["scores"]["avg"] == pytest.approx(focal["scores"]["avg"] - gain, abs=1e-9)
+    assert {x["scores"]["avg"] for x in raw["rows"] if x.get("paper_baseline")} == {
+        75.68,
+        77.90,
+        76.07,
+        77.99,
+    }
+    # labels and sources (method.md): the large models' Focal averages come from the README's model list
+    large = [x for x in raw["rows"] if x["loss"] == "focal_infonce" and "large" in x["backbone"]]
+    assert [x["scores"]["avg"] for x in large] == [78.72, 78.74]
+    assert all("README's list of models" in x["source"] and "paper" not in x["source"] for x in large)
+
+
+def test_the_loader_refuses_an_average_that_is_not_the_mean_of_its_tasks() -> None:
+    raw = _published_doc()
+    parse_published(raw)  # the real file passes
+    (i, full) = next((i, r) for i, r in enumerate(raw["rows"]) if len(r["scores"]) == 8)
+    mean = float(np.mean([full["scores"][t] for t in raw["average_of"]]))
+    for avg, ok in (
+        (round(mean, 2), True),
+        (mean + 0.0049, True),
+        (mean + 0.0051, False),
+        (mean - 0.01, False),
+    ):
+        bad = {**raw, "rows": [*raw["rows"][:i], {**full, "scores": {**full["scores"], "avg": avg}}]}
+        if ok:
+            parse_published(bad)
+        else:
+            with pytest.raises(PublishedError, match=rf"rows\[{i}\]\.scores\.avg = .* mean of its 7 tasks"):
+                parse_published(bad)
+    # a derived number that is not its arithmetic is refused too, naming the row
+    (j, der) = next((j, r) for j, r in enumerate(raw["rows"]) if "derived" in r)
+    wrong = {**raw, "rows": [*raw["rows"][:j], {**der, "scores": {"avg": der["scores"]["avg"] + 0.01}}]}
+    with pytest.raises(PublishedError, match=rf"rows\[{j}\]\.derived\.avg"):
+        parse_published(wrong)
+
+
+def test_table2_shows_every_published_number_as_the_data_file_has_it(tmp_path) -> None:
+    """For every published backbone: render Table 2 to Markdown, parse it back, and compare each
+    published / derived row's cells, label, source and arithmetic with the data file."""
+    raw = _published_doc()
+    backbones = list(dict.fromkeys(r["backbone"] for r in raw["rows"]))
+    for b in backbones:
+        params = load_params(_params_with(tmp_path, sweep={"backbones": [b]}))
+        means = {k: 70.0 for k in [*TASKS, "avg"]}
+        sig = _significance(b, {"infonce": means, "focal_infonce": means})
+        doc = Doc("t")
+        doc.table(sections.table2(params, ReportData(significance=sig), b))
+        md = to_markdown(doc, tmp_path)
+        t2 = _table(md_tables(md), f"Table 2 — {b} ")
+        keys = [column_keys()[c] for c in t2[0][2:]]
+        shown = [r for r in t2[1:] if r[0].startswith(("Published:", "Derived:"))]
+        rows = [r for r in raw["rows"] if r["backbone"] == b]
+        assert len(shown) == len(rows) >= 2
+        for r, row in zip(rows, shown):
+            assert row[0].startswith("Derived:" if "derived" in r else "Published:")
+            assert r["label"] in row[0] and f"[{r['source']}]" in row[0]
+            for text in r.get("derived", {}).values():
+                assert text in row[0]
+            for key, cell in zip(keys, row[2:]):
+                assert cell == (f"{r['scores'][key]:.2f}" if key in r["scores"] else "–")
+        # the caption says which baseline the published Focal rows compare with, and the gain over it
+        caption = re.search(r"^_(Spearman.*)_$", md, flags=re.M).group(1)
+        own = next(r for r in rows if r.get("paper_baseline"))
+        focal = next(r for r in rows if r["loss"] == "focal_infonce")
+        simcse = next(r for r in rows if r["loss"] == "infonce" and not r.get("paper_baseline"))
+        gain = focal["scores"]["avg"] - own["scores"]["avg"]
+        assert "compare with the Focal-InfoNCE paper's own SimCSE baseline" in caption
+        assert f"{focal['scores']['avg']:.2f} − {own['scores']['avg']:.2f} = {gain:+.2f}" in caption
+        assert f"{gain:+.2f}" == f"{ABSTRACT_GAINS[b]:+.2f}"
+        assert f"against the SimCSE paper's {simcse['scores']['avg']:.2f}" in caption
+
+
+def _set_stsb(root: Path, path: Path, value: float) -> None:
+    data = _json(path)
+    data["STSBenchmark"] = value
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("main", "tau_item", "m_items", "tau_verdict", "m_verdict"),
+    [
+        # band 76.10-76.68 (0.58); tau points 76.50 (0.03) and 76.10 (main): 0.40; m: 75.00 .. 76.10: 1.10
+        ((76.10, 76.40, 76.68), 76.50, (75.00, 75.80), "not more than", "more than"),
+        # a wide band (2.00) holds both sweeps
+        ((75.00, 77.00, 76.00), 76.50, (75.50, 75.80), "not more than", "not more than"),
+        # a narrow band (0.05) is exceeded by both
+        ((76.00, 76.05, 76.02), 76.50, (75.00, 76.00), "more than", "more than"),
+    ],
+)
+def test_the_seed_band_and_its_verdict_come_from_the_files(
+    synthetic, monkeypatch, main, tau_item, m_items, tau_verdict, m_verdict
+) -> None:
+    params, root = synthetic
+    layout = Layout.at(root)
+    b, loss = params.ablation_backbone, params.ablation.loss
+    for seed, value in zip(params.sweep.seeds, main):
+        _set_stsb(root, layout.eval_metrics(b, loss, seed), value)
+    significance_step.run(params, layout)
+    _set_stsb(root, layout.ablation_metrics("tau", "0.03"), tau_item)
+    for v, value in zip(("0.2", "0.4"), m_items):
+        _set_stsb(root, layout.ablation_metrics("m", v), value)
+    drawn = {}
+    real = figures.ablation_curves
+    monkeypatch.setattr(
+        figures, "ablation_curves", lambda *a, **k: drawn.update(k, series=a[0]) or real(*a, **k)
+    )
+    build_report(params, layout, commit="c")
+    check_report(layout.reports_dir, layout.metrics_dir, params, "c")  # the generic checks, from the files
+    md = (layout.reports_dir / "report.md").read_text()
+    lo, hi = min(main), max(main)
+    band = f"{lo:.2f}–{hi:.2f}, width {hi - lo:.2f}."
+    tau = [tau_item, main[0]]  # tau 0.03 and the default point (the main sweep's seed-1 run); 0.07 not run
+    m = [m_items[0], main[0], m_items[1]]
+    for sym, scores, verdict in (("τ", tau, tau_verdict), ("m", m, m_verdict)):
+        w = max(scores) - min(scores)
+        sentence = (
+            f"The {sym} sweep spans {w:.2f} ({min(scores):.2f}–{max(scores):.2f}), {verdict} the seed "
+            f"band's {hi - lo:.2f}: "
+        )
+        line = next(x for x in md.splitlines() if sentence in x)
+        assert line.startswith(
+            "Seed band (main sweep, Focal-InfoNCE on `bert-base-uncased`, STS-B test over seeds 1, 2, 3): "
+            + band
+        )
+        assert line.endswith("within seed noise.") == (verdict == "not more than")
+    # the figure shades the same band and its y-axis holds the band and every point
+    assert drawn["band"] == pytest.approx((lo, hi)) and drawn["default_label"] == "main sweep, seed 1"
+    assert [y for _, y in sorted(drawn["series"]["τ"])] == pytest.approx(tau)
+    assert [v for v, _ in sorted(drawn["series"]["τ"])] == pytest.approx([0.03, 0.05])
+    for pts in drawn["series"].values():
+        y0, y1 = figures.y_limits([y for _, y in pts], drawn["band"])
+        assert y0 < min(lo, *(y for _, y in pts)) and y1 > max(hi, *(y for _, y in pts))
+    assert "the shaded band is the main sweep's min–max over seeds 1, 2, 3" in md
+
+
+def test_the_ablation_y_axis_is_not_zoomed_past_the_band() -> None:
+    assert figures.y_limits([76.40, 76.42], (75.0, 77.0)) == pytest.approx((75.0 - 0.5, 77.0 + 0.5))
+    lo, hi = figures.y_limits([70.0, 80.0], None)
+    assert lo == pytest.approx(70.0 - 1.5) and hi == pytest.approx(80.0 + 1.5)
+    lo, hi = figures.y_limits([76.40, 76.41], None)  # never a range of a few hundredths
+    assert hi - lo >= 1.0
+
+
+def test_departures_are_computed_from_params(tmp_path) -> None:
+    cpu = load_params(REPO / "params.yaml")
+    r = recipe(cpu)
+    text = " ".join(r.departures)
+    assert "`all-MiniLM-L6-v2`" in text and "already sentence-tuned" in text
+    assert f"{cpu.data.num_sentences:,} sentences" in text and "10^6" in text
+    assert f"every {cpu.train.eval_steps} steps (reference 125)" in text
+    assert f"Encoder under {cpu.train.precision} autocast" in text
+    assert any("fp32" in x and "cross-entropy" in x for x in r.matches)
+    assert any("gradient clipping to global norm 1.0" in x for x in r.matches)
+    # the same report on other params says other things: nothing here is the CPU default hard-coded
+    other = load_params(
+        _params_with(
+            tmp_path,
+            data={"num_sentences": 1_000_000},
+            train={"eval_steps": 125, "precision": "fp32", "max_grad_norm": 0.0, "batch_size": 32},
+            eval={"precision": "fp32"},
+        )
+    )
+    r2 = recipe(other)
+    text2 = " ".join(r2.departures)
+    assert "sentences sampled" not in text2 and "STS-B dev every" not in text2 and "autocast" not in text2
+    assert "Gradient clipping to global norm 0.0" in text2 and "batch 32, lr 3e-05" in text2
+    assert "Evaluation encodes" not in text2
+    assert any("every 125 steps" in x for x in r2.matches) and any("encoder in fp32" in x for x in r2.matches)
+    paper = recipe(load_params(REPO / "params/paper.yaml"))  # the paper grid: its backbones and recipe
+    assert not any("Backbone" in x or "batch" in x or "Corpus" in x for x in paper.departures)
 
 
 def test_a_new_task_needs_no_change_to_the_report(tmp_path, monkeypatch) -> None:
@@ -768,16 +1078,25 @@ def _git_head(dest: Path) -> str:
 def test_dvc_repro_builds_a_report_matching_the_tiny_runs_metrics(tiny_run: Path) -> None:
     params = load_params(tiny_run / "params.yaml")
     tables = check_report(tiny_run / "reports", tiny_run / "metrics", params, _git_head(tiny_run))
-    assert len(_table(tables, "Table 4 — ")) == 1 + 2 and len(_table(tables, "Table 5 — ")) == 1 + 2
+    for number, kind in ((4, "tau"), (5, "m")):  # every point: the trained values and the default
+        assert len(_table(tables, f"Table {number} — ")) == 1 + len(params.ablation_points(kind))
     assert "Published:" not in (tiny_run / "reports/report.md").read_text()  # a tiny random BERT
-    # every ablation item trained what params say, and kept no model
-    for kind, values in (("tau", [0.05, 0.1]), ("m", [0.2, 0.3])):
-        for v in values:
-            item = _json(tiny_run / "metrics/ablation" / f"{kind}-{v}.json")
+    # every ablation item trained what params say, as long as the main run it varies, and kept no model
+    ab = params.ablation
+    main = _json(tiny_run / "metrics/train" / f"{run_name(params.ablation_backbone, ab.loss, ab.seed)}.json")
+    items = [_json(p) for p in (tiny_run / "metrics/ablation").glob("*.json")]
+    for kind in ("tau", "m"):
+        mine = sorted((i for i in items if i["kind"] == kind), key=lambda i: i["value"])
+        assert [i["value"] for i in mine] == sorted(
+            params.ablation_values(kind)
+        )  # the default: not retrained
+        for item in mine:
             cfg = item["meta"]["train_config"]
-            assert (item["kind"], item["value"], item["steps"], cfg["max_steps"]) == (kind, v, 3, 3)
-            assert (cfg["temperature"], cfg["m"]) == ((v, 0.3) if kind == "tau" else (0.05, v))
-            assert cfg["loss"] == "focal_infonce" and cfg["seed"] == 1 and item["backbone"] == "tiny"
+            assert cfg == params.ablation_train_config(kind, item["value"]).to_dict()
+            assert (
+                item["steps"] == main["steps"] and cfg["max_steps"] == params.ablation_base_config().max_steps
+            )
+            assert cfg["loss"] == ab.loss and cfg["seed"] == ab.seed and item["backbone"] == "tiny"
     assert sorted(p.name for p in (tiny_run / "models/tiny").iterdir()) == ["focal_infonce", "infonce"]
 
 

@@ -1,4 +1,5 @@
-"""summarize and paired_ttest against hand formulas and a textbook example."""
+"""summarize, span, paired_ttest and holm against hand formulas, textbook examples and a brute-force
+Holm written from its definition; the significance document's Holm values against holm()."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from focalcse.eval.stats import paired_ttest, summarize
+from focalcse.eval.significance import significance
+from focalcse.eval.stats import holm, paired_ttest, span, summarize
 
 # --------------------------------------------------------------------------------------------------
 # Hand formulas (no numpy std, no ttest_rel)
@@ -176,3 +178,113 @@ def test_paired_ttest_to_dict() -> None:
     d = paired_ttest([5.0, 7.0, 8.0, 6.0, 9.0], [4.0, 5.0, 7.0, 6.0, 6.0]).to_dict()
     assert set(d) == {"statistic", "p_value", "mean_diff", "ci_low", "ci_high", "n", "alpha", "significant"}
     assert d["n"] == 5 and d["alpha"] == 0.05 and d["significant"] is False
+
+
+# --------------------------------------------------------------------------------------------------
+# span
+# --------------------------------------------------------------------------------------------------
+
+
+def test_span_is_min_max_and_width() -> None:
+    r = span([76.4, 75.9, 76.48])
+    assert (r.low, r.high, r.n) == (75.9, 76.48, 3) and r.width == pytest.approx(0.58)
+    assert span([1.0]).width == 0.0
+    with pytest.raises(ValueError):
+        span([])
+
+
+# --------------------------------------------------------------------------------------------------
+# holm: against the definition, by brute force
+# --------------------------------------------------------------------------------------------------
+
+
+def brute_holm(p: list[float]) -> list[float]:
+    """From the definition: with the m defined p sorted ascending, adjusted p_(i) =
+    max_{j <= i} min(1, (m - j + 1) p_(j)); NaN stays NaN and is not counted. Written with loops over
+    every (i, j) pair, independent of the vectorised implementation (tied p-values come out equal
+    whatever their order: the later one's extra term (m - j + 1) p is smaller)."""
+    defined = [i for i, x in enumerate(p) if not math.isnan(x)]
+    m = len(defined)
+    ranked = sorted(defined, key=lambda i: p[i])  # ranked[k] is the index of p_(k+1)
+    out = [math.nan] * len(p)
+    for pos_i, idx in enumerate(ranked, start=1):
+        out[idx] = max(min(1.0, (m - j + 1) * p[ranked[j - 1]]) for j in range(1, pos_i + 1))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_holm_matches_the_definition_on_random_families(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 12))
+    p = rng.random(m) ** 3  # many small p-values, so the cap at 1 and the running max both matter
+    if seed % 3 == 0:  # ties
+        p[rng.integers(0, m, size=m // 2 + 1)] = p[0]
+    if seed % 4 == 1:  # exact values that stress rounding: 0, 1 and repeated round numbers
+        p[: min(m, 3)] = [0.0, 1.0, 0.01][: min(m, 3)]
+    if seed % 5 == 2 and m > 1:  # an undefined test
+        p[int(rng.integers(0, m))] = np.nan
+    got = holm(p.tolist())
+    want = brute_holm(p.tolist())
+    assert np.allclose(got, want, rtol=1e-12, atol=0, equal_nan=True)
+    # monotone in p, never below p, at most 1
+    ok = ~np.isnan(p)
+    assert np.all(got[ok] >= p[ok] - 1e-15) and np.all(got[ok] <= 1.0)
+    order = np.argsort(p[ok], kind="stable")
+    assert np.all(np.diff(got[ok][order]) >= -1e-15)
+
+
+def test_holm_hand_worked_example() -> None:
+    # p = (0.01, 0.04, 0.03, 0.005), m = 4. Sorted: 0.005, 0.01, 0.03, 0.04.
+    #   0.005 * 4 = 0.02; 0.01 * 3 = 0.03; 0.03 * 2 = 0.06; 0.04 * 1 = 0.04 -> running max 0.06.
+    # At alpha 0.05 raw p rejects all four, Holm only the first two.
+    got = holm([0.01, 0.04, 0.03, 0.005])
+    assert got.tolist() == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert (got < 0.05).tolist() == [True, False, False, True]
+    # the cap at 1 and a tie: (0.3, 0.3, 0.9): 0.9, max(0.9, 0.6) = 0.9, min(1, 0.9) -> 0.9
+    assert holm([0.3, 0.9, 0.3]).tolist() == pytest.approx([0.9, 0.9, 0.9])
+    assert holm([0.6, 0.7]).tolist() == [1.0, 1.0]
+    # NaN (an undefined test) is kept and not counted: m = 2 here
+    got = holm([float("nan"), 0.02, 0.04])
+    assert math.isnan(got[0]) and got[1:].tolist() == pytest.approx([0.04, 0.04])
+    assert holm([]).size == 0 and math.isnan(holm([float("nan")])[0])
+
+
+@pytest.mark.parametrize("bad", [[0.5, 1.5], [-0.1], [[0.1, 0.2]]])
+def test_holm_refuses_values_that_are_not_a_family_of_p_values(bad) -> None:
+    with pytest.raises(ValueError):
+        holm(bad)
+
+
+def test_significance_holm_values_are_holm_of_each_familys_raw_p() -> None:
+    """significance(): per backbone and treatment loss, p_holm over (tasks + avg) is holm() of their
+    raw p-values; alignment / uniformity are outside the family; the decisions follow alpha."""
+    rng = np.random.default_rng(7)
+    tasks = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+    runs = []
+    for backbone in ("a", "b"):
+        for loss, shift in (("infonce", 0.0), ("focal_infonce", 0.6), ("hcl", -0.3)):
+            for seed in (1, 2, 3, 4):
+                scores = {
+                    t: 75 + shift * (i + 1) / 4 + 0.3 * rng.standard_normal() for i, t in enumerate(tasks)
+                }
+                scores["avg"] = float(np.mean(list(scores.values())))
+                runs.append({**scores, "alignment": 0.2 + 0.01 * rng.random(), "uniformity": -2.0,
+                             "wmean": {"avg": 74.0},
+                             "meta": {"backbone": backbone, "loss": loss, "seed": seed}})  # fmt: skip
+    doc = significance(
+        runs, ["a", "b"], ["infonce", "focal_infonce", "hcl"], [1, 2, 3, 4], tasks, "infonce", 0.05
+    )
+    family = [*tasks, "avg"]
+    assert doc["holm_family"] == family and len(family) == 8
+    decisions = set()
+    for backbone in ("a", "b"):
+        for loss in ("focal_infonce", "hcl"):
+            tests = doc["backbones"][backbone]["ttest"][loss]
+            raw = [tests[k]["p_value"] for k in family]
+            assert [tests[k]["p_holm"] for k in family] == pytest.approx(brute_holm(raw), rel=1e-12)
+            assert [tests[k]["p_holm"] for k in family] == pytest.approx(holm(raw).tolist(), rel=1e-12)
+            for k in family:
+                assert tests[k]["significant_holm"] == (tests[k]["p_holm"] < 0.05)
+                decisions.add((tests[k]["significant"], tests[k]["significant_holm"]))
+            assert "p_holm" not in tests["alignment"] and "p_holm" not in tests["uniformity"]
+    assert (True, False) in decisions  # some raw-significant test that Holm does not keep

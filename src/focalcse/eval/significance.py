@@ -1,12 +1,17 @@
-"""Significance over seeds: mean±std per backbone × loss × score, and a paired t-test of every loss
-against the baseline loss on the seeds both have. Pure functions on evaluation results (no I/O)."""
+"""Significance over seeds: mean±std per backbone × loss × score, a paired t-test of every loss
+against the baseline loss on the seeds both have, and Holm–Bonferroni adjusted p-values per family.
+Pure functions on evaluation results (no I/O).
+
+A Holm family is the tests of ONE backbone and ONE treatment loss against the baseline on the
+evaluated tasks and their average (:func:`holm_keys`: the paper's 7 tasks + ``avg``, 8 p-values);
+alignment and uniformity are descriptive and stay outside it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from focalcse.eval.stats import paired_ttest, summarize
+from focalcse.eval.stats import holm, paired_ttest, summarize
 
 Run = Mapping[str, Any]  # one evaluation result: scores plus meta.backbone / meta.loss / meta.seed
 
@@ -14,6 +19,20 @@ Run = Mapping[str, Any]  # one evaluation result: scores plus meta.backbone / me
 def score_keys(tasks: Sequence[str]) -> list[str]:
     """The scores summarised and tested: each task, ``avg``, alignment and uniformity."""
     return [*tasks, "avg", "alignment", "uniformity"]
+
+
+def holm_keys(tasks: Sequence[str]) -> list[str]:
+    """The keys of one Holm family: each task and ``avg``."""
+    return [*tasks, "avg"]
+
+
+def add_holm(tests: dict[str, dict[str, Any]], family: Sequence[str], alpha: float) -> None:
+    """Add ``p_holm`` (Holm-adjusted over ``family``) and ``significant_holm`` (``p_holm < alpha``) to
+    the tests of ``family`` in ``tests`` (one backbone, one loss against the baseline), in place."""
+    adjusted = holm([tests[k]["p_value"] for k in family])
+    for key, p in zip(family, adjusted):
+        tests[key]["p_holm"] = float(p)
+        tests[key]["significant_holm"] = bool(p < alpha)
 
 
 def by_loss(runs: Sequence[Run], backbone: str, seeds: Sequence[int]) -> dict[str, dict[int, Run]]:
@@ -63,10 +82,13 @@ def significance(
     """The ``significance.json`` document (without ``meta``).
 
     Per backbone: ``losses`` (summaries), ``seeds`` (the seeds each loss has), and for every other
-    loss of ``losses`` with runs: ``paired_seeds[loss]`` and ``ttest[loss][key]`` against ``baseline``.
+    loss of ``losses`` with runs: ``paired_seeds[loss]`` and ``ttest[loss][key]`` against ``baseline``;
+    the tests of ``holm_family`` (each task and ``avg``) also carry ``p_holm`` / ``significant_holm``,
+    adjusted within that backbone and loss.
     """
     keys = score_keys(tasks)
-    out: dict[str, Any] = {"baseline": baseline, "alpha": alpha, "backbones": {}}
+    family = holm_keys(tasks)
+    out: dict[str, Any] = {"baseline": baseline, "alpha": alpha, "holm_family": family, "backbones": {}}
     for backbone in backbones:
         grouped = by_loss(runs, backbone, seeds)
         entry: dict[str, Any] = {
@@ -80,5 +102,6 @@ def significance(
                 entry["paired_seeds"][loss], entry["ttest"][loss] = compare(
                     grouped[loss], grouped[baseline], keys, alpha
                 )
+                add_holm(entry["ttest"][loss], family, alpha)
         out["backbones"][backbone] = entry
     return out

@@ -1,4 +1,5 @@
-"""Statistics over seeds: pure functions on arrays (scipy underneath), no I/O."""
+"""Statistics over seeds: pure functions on arrays (scipy underneath), no I/O: summaries, the paired
+t-test, the Holm–Bonferroni adjustment of a family of p-values, and value ranges."""
 
 from __future__ import annotations
 
@@ -37,6 +38,27 @@ class PairedTest:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Span:
+    """The range of a set of values (e.g. one score over seeds)."""
+
+    low: float
+    high: float
+    n: int
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+
+def span(values: Sequence[float]) -> Span:
+    """min, max and count of ``values``."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("span needs at least one value")
+    return Span(float(x.min()), float(x.max()), int(x.size))
+
+
 def summarize(values: Sequence[float]) -> Summary:
     """Mean and sample std (ddof=1) of per-seed values."""
     x = np.asarray(values, dtype=np.float64)
@@ -69,3 +91,27 @@ def paired_ttest(treatment: Sequence[float], baseline: Sequence[float], alpha: f
     return PairedTest(
         float(res.statistic), p, mean_diff, float(ci.low), float(ci.high), n, alpha, bool(p < alpha)
     )
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values of one family of tests, in the input order.
+
+    With the m defined p-values sorted ascending, p_(1) <= ... <= p_(m), the adjusted value is
+    p̃_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)); rejecting where p̃ < alpha controls the
+    family-wise error rate at alpha (Holm, 1979). Tied p-values get the same adjusted value. NaN
+    entries (an undefined test) stay NaN and are not counted in m, as R's ``p.adjust`` does.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"holm needs a 1-D family of p-values, got shape {p.shape}")
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError(f"p-values must lie in [0, 1], got {p[(p < 0) | (p > 1)].tolist()}")
+    out = np.full_like(p, np.nan)
+    defined = np.flatnonzero(~np.isnan(p))  # indices of the m tests that count
+    m = defined.size
+    if m == 0:
+        return out
+    order = defined[np.argsort(p[defined], kind="stable")]  # (m,) ascending p
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])  # (m - j + 1) p_(j), j = 1..m
+    out[order] = np.maximum.accumulate(scaled)
+    return out

@@ -3,6 +3,7 @@
 * :mod:`~focalcse.report.published` (+ ``published.yaml``): the published rows shown beside ours;
 * :mod:`~focalcse.report.data`: the pipeline outputs it reads (:func:`load_report_data`);
 * :mod:`~focalcse.report.labels`: loss labels / colours and task columns, from the registries;
+* :mod:`~focalcse.report.recipe`: the departures from the reference recipe, computed from params;
 * :mod:`~focalcse.report.sections`: the tables and figures, one function per section, in
   :data:`SECTIONS` order;
 * :mod:`~focalcse.report.render`: the document model, Markdown and HTML;

@@ -39,26 +39,42 @@ def rescaled_logit(s: np.ndarray, m: float) -> np.ndarray:
     return s * (s + m)
 
 
+def is_hard_negative(s: np.ndarray | float, m: float) -> np.ndarray:
+    """The paper's rule (§4.3): a negative of cosine ``s`` is hard (up-weighted) iff s > 1 − m; every
+    other one is easy (down-weighted), s < 0 included although s(s+m) > s there."""
+    return np.asarray(s) > 1 - m
+
+
+def logit_vertex(m: float) -> tuple[float, float]:
+    """The vertex of s(s+m): s = −m/2, value −m²/4. The gradient (2s+m)/τ changes sign there."""
+    return -m / 2, -m * m / 4
+
+
 def figure1(ms: Sequence[float], path: str | os.PathLike) -> Path:
-    """Figure 1: s(s+m) against s, one panel per m; orange where the rescaled logit is above InfoNCE's
-    (s > 1 - m, and s < 0), green where it is below (0 < s < 1 - m)."""
+    """Figure 1: s(s+m) against s, one panel per m; orange where the negative is hard by the paper's
+    rule (s > 1 − m, up-weighted), green elsewhere (easy, down-weighted); the vertex s = −m/2 marked."""
     plt = _pyplot()
     s = np.linspace(-1.0, 1.0, 401)
     fig, axes = plt.subplots(1, len(ms), figsize=(3.6 * len(ms), 3.4), sharey=True, squeeze=False)
     for ax, m in zip(axes[0], ms):
         y = rescaled_logit(s, m)
+        hard = is_hard_negative(s, m)
         ax.plot(s, s, color="black", lw=1.2, ls="--", label="InfoNCE: s")
         ax.plot(s, y, color="#9467bd", lw=2.0, label=f"Focal: s(s+{m:g})")
-        ax.fill_between(s, s, y, where=y >= s, color=UP_COLOR, alpha=0.35, label="up-weighted")
-        ax.fill_between(s, s, y, where=y < s, color=DOWN_COLOR, alpha=0.35, label="down-weighted")
+        ax.fill_between(s, s, y, where=hard, color=UP_COLOR, alpha=0.35, label="hard: up-weighted")
+        ax.fill_between(s, s, y, where=~hard, color=DOWN_COLOR, alpha=0.35, label="easy: down-weighted")
         ax.axvline(1 - m, color="grey", lw=0.8, ls=":")
         ax.annotate(f"1-m = {1 - m:g}", (1 - m, -0.9), fontsize=8, ha="right", rotation=90, color="grey")
+        vs, vy = logit_vertex(m)
+        ax.plot([vs], [vy], marker="o", color="black", ms=4, ls="none", label="vertex s = −m/2")
+        ax.annotate(f"s = {vs:g}", (vs, vy), fontsize=7, xytext=(0, -11), textcoords="offset points",
+                    ha="center")  # fmt: skip
         ax.set_title(f"m = {m:g}")
         ax.set_xlabel("cosine similarity s of a negative pair")
         ax.set_xlim(-1, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("negative logit × τ")
-    axes[0][0].legend(fontsize=8, loc="upper left")
+    axes[0][0].legend(fontsize=7, loc="upper left")
     fig.suptitle("Figure 1: rescaled negative logit s(s+m) vs InfoNCE's s", fontsize=11)
     fig.tight_layout()
     return _save(fig, path)
@@ -140,6 +156,17 @@ def alignment_uniformity(points: Sequence[Mapping[str, Any]], path: str | os.Pat
     return _save(fig, path)
 
 
+def y_limits(
+    values: Sequence[float], band: tuple[float, float] | None, pad: float = 0.15
+) -> tuple[float, float]:
+    """An axis range holding every value and the whole band, padded by ``pad`` of its height (at
+    least 0.5 points), so the band's scale is visible beside the points."""
+    lo = min([*values, *(band or ())])
+    hi = max([*values, *(band or ())])
+    margin = max(pad * (hi - lo), 0.5)
+    return lo - margin, hi + margin
+
+
 def ablation_curves(
     series: Mapping[str, Sequence[tuple[float, float]]],
     defaults: Mapping[str, float],
@@ -147,19 +174,27 @@ def ablation_curves(
     path: str | os.PathLike,
     *,
     loss: str,
+    band: tuple[float, float] | None = None,
+    default_label: str = "default",
 ) -> Path:
     """STS-B test Spearman against the swept value, one panel per swept parameter
     (``series[name] = [(value, spearman), ...]``), in the colour of ``loss`` (the loss the ablation
-    trains); the train default is marked."""
+    trains); the default point is marked and ``band`` (the main sweep's min–max over seeds) shaded,
+    the y-axis holding both."""
     plt = _pyplot()
     names = [n for n in series if series[n]]
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(4.6 * max(1, len(names)), 3.4), squeeze=False)
     for ax, name in zip(axes[0], names):
         pts = sorted(series[name])
         ax.plot([v for v, _ in pts], [y for _, y in pts], marker="o", color=loss_color(loss))
+        if band is not None:
+            ax.axhspan(*band, color="grey", alpha=0.2, lw=0, label="seed band (main sweep)")
         if name in defaults:
-            ax.axvline(defaults[name], color="grey", ls=":", lw=1, label=f"train default {defaults[name]:g}")
-            ax.legend(fontsize=8)
+            ax.axvline(
+                defaults[name], color="grey", ls=":", lw=1, label=f"{default_label}: {defaults[name]:g}"
+            )
+        ax.set_ylim(*y_limits([y for _, y in pts], band))
+        ax.legend(fontsize=8)
         ax.set(xlabel=name, ylabel="STS-B test Spearman × 100")
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=11)

@@ -1,23 +1,34 @@
 """Published numbers: the rows Table 2 shows beside ours, read from ``published.yaml`` next to this
-module (each row with its backbone, loss, label, source and scores keyed by task name and ``avg``).
+module (each row with its backbone, loss, label, source and scores keyed by task name and ``avg``;
+optionally ``derived`` arithmetic and the ``paper_baseline`` flag).
 
 A row may hold any subset of the task keys (several papers publish only the average); the report
 shows ``–`` for a task a row lacks, so adding a task to :mod:`focalcse.data.tasks` needs no change here.
+The loader checks the file against itself: a derived score must equal its stated arithmetic, and a
+row that gives every task of ``average_of`` must have an ``avg`` within :data:`AVG_TOLERANCE` of their
+mean (published numbers are rounded to 2 decimals).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 import yaml
 
 PUBLISHED_FILE = "published.yaml"
-_ROW_KEYS = ("backbone", "loss", "label", "source", "scores")
+_REQUIRED = ("backbone", "loss", "label", "source", "scores")
+_OPTIONAL = ("derived", "paper_baseline")
 _HUB_ORGS = ("google-bert/", "FacebookAI/")  # hub ids of the original checkpoints under an org
+AVG_TOLERANCE = 0.005  # |avg - mean(tasks)| allowed: each published number is rounded to 0.01
+_DERIVED_TOLERANCE = 1e-6  # a derived number is its arithmetic exactly (to float error)
+_NUMBER = r"\d+(?:\.\d+)?"
+_MINUS = "−-"  # U+2212 (what the report prints) or ASCII
+_ARITHMETIC = re.compile(rf"^\s*({_NUMBER}(?:\s*[+{_MINUS}]\s*{_NUMBER})*)\s*(?:\((.+)\))?\s*$")
 
 
 @dataclass(frozen=True)
@@ -30,48 +41,91 @@ class PublishedRow:
     label: str
     source: str
     scores: Mapping[str, float]
+    # score key -> "a − b (why)": numbers computed from published ones, not published themselves
+    derived: Mapping[str, str] = field(default_factory=dict)
+    paper_baseline: bool = False  # the Focal-InfoNCE paper's own SimCSE baseline (its gains are over it)
 
 
 class PublishedError(ValueError):
-    """A malformed row in ``published.yaml``."""
+    """A malformed or self-contradicting row in ``published.yaml``."""
+
+
+def evaluate_arithmetic(text: str) -> float:
+    """The value of a derivation such as ``"78.72 − 0.82 (why)"``: numbers joined by + and −
+    (U+2212 or ASCII), optionally followed by an explanation in parentheses."""
+    m = _ARITHMETIC.match(text)
+    if not m:
+        raise ValueError(f"{text!r}: expected numbers joined by + / − and an optional '(why)'")
+    tokens = re.findall(rf"[+{_MINUS}]|{_NUMBER}", m.group(1))
+    total, sign = float(tokens[0]), 1.0
+    for tok in tokens[1:]:
+        if tok in f"+{_MINUS}":
+            sign = 1.0 if tok == "+" else -1.0
+        else:
+            total += sign * float(tok)
+    return total
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _parse_row(row: Any, at: str, average_of: tuple[str, ...]) -> PublishedRow:
+    if not isinstance(row, Mapping) or not set(_REQUIRED) <= set(row) <= {*_REQUIRED, *_OPTIONAL}:
+        got = sorted(row) if isinstance(row, Mapping) else type(row).__name__
+        raise PublishedError(
+            f"{at}: expected the keys {list(_REQUIRED)} and optionally {list(_OPTIONAL)}, got {got}"
+        )
+    for key in _REQUIRED[:4]:
+        if not isinstance(row[key], str) or not row[key]:
+            raise PublishedError(f"{at}.{key}: expected a non-empty string, got {row[key]!r}")
+    scores = row["scores"]
+    if not isinstance(scores, Mapping) or not scores:
+        raise PublishedError(f"{at}.scores: expected a non-empty mapping of task name to score")
+    for key, value in scores.items():
+        if not isinstance(key, str) or not _is_number(value):
+            raise PublishedError(f"{at}.scores: {key!r}: {value!r} is not a task name with a finite number")
+    scores = {k: float(v) for k, v in scores.items()}
+    derived = row.get("derived") or {}
+    if not isinstance(derived, Mapping):
+        raise PublishedError(f"{at}.derived: expected a mapping score -> 'a − b (why)', got {derived!r}")
+    for key, text in derived.items():
+        if key not in scores or not isinstance(text, str):
+            raise PublishedError(f"{at}.derived.{key}: expected the arithmetic of one of its scores")
+        try:
+            value = evaluate_arithmetic(text)
+        except ValueError as err:
+            raise PublishedError(f"{at}.derived.{key}: {err}") from None
+        if abs(value - scores[key]) > _DERIVED_TOLERANCE:
+            raise PublishedError(
+                f"{at}.derived.{key}: {text!r} = {value:.4f}, but the row's {key} is {scores[key]:.4f}"
+            )
+    flag = row.get("paper_baseline", False)
+    if not isinstance(flag, bool):
+        raise PublishedError(f"{at}.paper_baseline: expected true or false, got {flag!r}")
+    if average_of and "avg" in scores and all(t in scores for t in average_of):
+        mean = sum(scores[t] for t in average_of) / len(average_of)
+        if abs(mean - scores["avg"]) > AVG_TOLERANCE:
+            raise PublishedError(
+                f"{at}.scores.avg = {scores['avg']:.2f}, but the mean of its {len(average_of)} tasks "
+                f"({', '.join(average_of)}) is {mean:.4f}: more than {AVG_TOLERANCE} apart"
+            )
+    return PublishedRow(
+        row["backbone"], row["loss"], row["label"], row["source"], scores, dict(derived), flag
+    )
 
 
 def parse_published(raw: Any, where: str = PUBLISHED_FILE) -> tuple[PublishedRow, ...]:
-    """The rows of a loaded ``published.yaml`` document (``{"rows": [...]}``), checked."""
+    """The rows of a loaded ``published.yaml`` document (``{"average_of": [...], "rows": [...]}``),
+    checked: see the module docstring."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("rows"), list):
         raise PublishedError(f"{where}: expected a mapping with a 'rows' list")
-    rows = []
-    for i, row in enumerate(raw["rows"]):
-        at = f"{where}: rows[{i}]"
-        if not isinstance(row, Mapping) or set(row) != set(_ROW_KEYS):
-            got = sorted(row) if isinstance(row, Mapping) else type(row).__name__
-            raise PublishedError(f"{at}: expected exactly the keys {list(_ROW_KEYS)}, got {got}")
-        for key in _ROW_KEYS[:4]:
-            if not isinstance(row[key], str) or not row[key]:
-                raise PublishedError(f"{at}.{key}: expected a non-empty string, got {row[key]!r}")
-        scores = row["scores"]
-        if not isinstance(scores, Mapping) or not scores:
-            raise PublishedError(f"{at}.scores: expected a non-empty mapping of task name to score")
-        for key, value in scores.items():
-            if (
-                not isinstance(key, str)
-                or isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-            ):
-                raise PublishedError(
-                    f"{at}.scores: {key!r}: {value!r} is not a task name with a finite number"
-                )
-        rows.append(
-            PublishedRow(
-                row["backbone"],
-                row["loss"],
-                row["label"],
-                row["source"],
-                {k: float(v) for k, v in scores.items()},
-            )
-        )
-    return tuple(rows)
+    average_of = raw.get("average_of") or []
+    if not isinstance(average_of, list) or not all(isinstance(t, str) for t in average_of):
+        raise PublishedError(f"{where}: average_of: expected a list of task names, got {average_of!r}")
+    return tuple(
+        _parse_row(row, f"{where}: rows[{i}]", tuple(average_of)) for i, row in enumerate(raw["rows"])
+    )
 
 
 def load_published() -> tuple[PublishedRow, ...]:
@@ -99,3 +153,8 @@ def published_rows(*names: str, rows: tuple[PublishedRow, ...] | None = None) ->
         if found:
             return found
     return []
+
+
+def published_backbones(rows: tuple[PublishedRow, ...] | None = None) -> list[str]:
+    """The backbones with published rows (the paper's), in file order."""
+    return list(dict.fromkeys(r.backbone for r in (PUBLISHED if rows is None else rows)))

@@ -32,14 +32,15 @@ def fmt_summary(summary: dict[str, float] | None, digits: int | str = 2) -> str:
     return f"{fmt(summary['mean'], digits)} ± {fmt(summary['std'], digits)}"
 
 
-def fmt_p(test: dict[str, Any] | None) -> str:
-    """A p-value to 3 significant digits, ``*`` when below alpha; ``n/a`` when undefined."""
-    if not test:
+def fmt_p(test: dict[str, Any] | None, key: str = "p_value", decision: str = "significant") -> str:
+    """A test's p-value ``key`` (raw ``p_value``, or ``p_holm``) to 3 significant digits, `` *`` when
+    its ``decision`` flag is set; ``n/a`` when undefined, ``–`` when the test lacks it."""
+    if not test or key not in test:
         return MISSING
-    p = test.get("p_value")
+    p = test[key]
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "n/a"
-    return f"{p:.3g}{' *' if test.get('significant') else ''}"
+    return f"{p:.3g}{' *' if test.get(decision) else ''}"
 
 
 def fmt_diff(test: dict[str, Any] | None, digits: int | str = 2) -> str:

@@ -9,18 +9,19 @@ build need no change. The table builders (``table2`` ...) are pure: params and d
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from focalcse.config import Params, TrainConfig
+from focalcse.eval.stats import Span, span
 from focalcse.layout import ABLATION_KINDS
 from focalcse.report import figures
-from focalcse.report.data import ReportData
+from focalcse.report.data import AblationPoint, ReportData, ablation_default
 from focalcse.report.labels import column_label, loss_label, metric_columns
-from focalcse.report.published import published_rows
+from focalcse.report.published import PublishedRow, published_rows
+from focalcse.report.recipe import recipe
 from focalcse.report.render import (
     MISSING,
     Doc,
@@ -70,11 +71,24 @@ def _and(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def p_labels(pair: str, alpha: float) -> tuple[str, str]:
+    """The first cells of the raw-p and Holm-p rows of ``pair``, each naming what its ``*`` means."""
+    return (
+        f"paired t-test p, raw ({pair}); * = raw p < {alpha:g}",
+        f"p (Holm) ({pair}); * = Holm-adjusted p < {alpha:g}",
+    )
+
+
 def loss_rows(
-    params: Params, sig: dict[str, Any], backbone: str, columns: Sequence[tuple[str, Digits]]
+    params: Params,
+    sig: dict[str, Any],
+    backbone: str,
+    columns: Sequence[tuple[str, Digits]],
+    holm: bool = False,
 ) -> tuple[list[list[str]], list[str]]:
     """Rows and row classes shared by Tables 2 and 3: per sweep loss, ours (mean ± std over seeds);
-    per loss tested against the baseline, its Δ mean and paired t-test p; one cell per column."""
+    per loss tested against the baseline, its Δ mean and paired t-test p (raw) and, with ``holm``, the
+    Holm-adjusted p under it; one cell per column."""
     entry = sig["backbones"][backbone]
     rows, classes = [], []
     for loss in [x for x in params.sweep.losses if x in entry["losses"]]:
@@ -88,30 +102,83 @@ def loss_rows(
     for loss, tests in entry.get("ttest", {}).items():
         n = str(len(entry["paired_seeds"][loss]))
         pair = f"{loss_label(loss)} − {baseline}"
+        raw, adjusted = p_labels(pair, sig["alpha"])
         rows.append([f"Δ mean ({pair})", n] + [fmt_diff(tests.get(k), d) for k, d in columns])
-        rows.append([f"paired t-test p ({pair})", n] + [fmt_p(tests.get(k)) for k, _ in columns])
+        rows.append([raw, n] + [fmt_p(tests.get(k)) for k, _ in columns])
         classes += ["test", "test"]
+        if holm:
+            rows.append(
+                [adjusted, n] + [fmt_p(tests.get(k), "p_holm", "significant_holm") for k, _ in columns]
+            )
+            classes.append("test")
     return rows, classes
 
 
+def published_label(row: PublishedRow) -> str:
+    """A published row's first cell: ``Published: label [source]``, or for a row with derived
+    numbers ``Derived: label; avg = a − b (why) [source]``."""
+    if not row.derived:
+        return f"Published: {row.label} [{row.source}]"
+    how = "; ".join(f"{column_label(k)} = {text}" for k, text in row.derived.items())
+    return f"Derived: {row.label}; {how} [{row.source}]"
+
+
+def published_gain_note(published: Sequence[PublishedRow]) -> str:
+    """A sentence saying which baseline the published Focal-InfoNCE rows are compared with, with the
+    gain over the paper's own baseline and over the SimCSE paper's row (from the rows' averages)."""
+    own = next((r for r in published if r.paper_baseline and "avg" in r.scores), None)
+    treated = [r for r in published if r.loss != "infonce" and "avg" in r.scores]
+    if own is None or not treated:
+        return ""
+    other = next(
+        (r for r in published if r.loss == own.loss and not r.paper_baseline and "avg" in r.scores), None
+    )
+
+    def gain(a: float, b: float) -> str:
+        return fmt_diff({"mean_diff": a - b})
+
+    gains = []
+    for r in treated:
+        avg = r.scores["avg"]
+        text = f"{r.label}: {fmt(avg)} − {fmt(own.scores['avg'])} = {gain(avg, own.scores['avg'])}"
+        if other is not None:
+            text += (
+                f" (against the SimCSE paper's {fmt(other.scores['avg'])}: {gain(avg, other.scores['avg'])})"
+            )
+        gains.append(text)
+    return (
+        " The published Focal-InfoNCE rows compare with the Focal-InfoNCE paper's own SimCSE baseline "
+        f"(“{own.label}”), not with the SimCSE paper's: {'; '.join(gains)}."
+    )
+
+
 def table2(params: Params, data: ReportData, backbone: str) -> Table:
-    """Per backbone: ours (mean ± std over seeds) per loss, Δ and paired t-test p per column for each
-    loss against the baseline, and the published rows where the backbone has them."""
+    """Per backbone: ours (mean ± std over seeds) per loss; Δ, the paired t-test p and its
+    Holm-adjusted p per column for each loss against the baseline; the published (and derived) rows
+    where the backbone has them."""
     sig = data.significance
     cols = metric_columns(params, sig)
     header = ["Model", "seeds", *[column_label(c) for c in cols]]
-    rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols])
+    rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols], holm=True)
     published = published_rows(backbone, params.backbone_source(backbone))
     for r in published:
-        rows.append([f"Published: {r.label} [{r.source}]", MISSING] + [fmt(r.scores.get(c)) for c in cols])
+        rows.append([published_label(r), MISSING] + [fmt(r.scores.get(c)) for c in cols])
         classes.append("published")
     seeds = ", ".join(str(s) for s in params.sweep.seeds)
+    family = sig.get("holm_family") or [c for c in cols]
     caption = (
         f'Spearman × 100, SimCSE\'s "all" setting, mean ± std (ddof 1) over seeds {seeds}; '
-        f"two-sided paired t-test over matched seeds, * = p < {sig['alpha']}."
+        f"two-sided paired t-test over matched seeds. * on a raw-p row: p < {sig['alpha']} for that "
+        f"column alone; * on a p (Holm) row: Holm–Bonferroni-adjusted p < {sig['alpha']}, the family "
+        f"being the {len(family)} tests ({', '.join(column_label(k) for k in family)}) of one loss "
+        "against the baseline on this backbone (family-wise error ≤ α)."
     )
     if published:
-        caption += " Italic rows: published numbers (not produced here), each with its source."
+        caption += (
+            " Italic rows: published numbers (not produced here), each with its source; “Derived” rows "
+            "are computed from published numbers by the arithmetic shown, not published themselves."
+            + published_gain_note(published)
+        )
     else:
         caption += (
             " No published numbers exist for this backbone: compare the losses with each other, "
@@ -142,53 +209,115 @@ def table3(params: Params, data: ReportData, backbone: str) -> Table:
     return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
 
 
-def _train_value(cfg: TrainConfig, key: str) -> float | None:
-    """A train config's ``temperature`` or loss hyper-parameter ``key``; None if its loss has none."""
-    if key == "temperature":
-        return cfg.temperature
-    try:
-        return cfg.hyper_value(key)
-    except KeyError:
-        return None
-
-
 def ablation_defaults(params: Params) -> dict[str, float | None]:
-    """Per ablation kind, the value the ablation's train config has (None: its loss lacks the key)."""
+    """Per ablation kind, its default point (the ablation loss's effective τ / m; None: no such key)."""
+    return {kind: ablation_default(params, kind) for kind in ABLATION_KINDS}
+
+
+@dataclass(frozen=True)
+class SeedBand:
+    """The main sweep's STS-B test range over seeds for the ablation's backbone and loss."""
+
+    span: Span
+    seeds: tuple[int, ...]
+
+
+def seed_band(params: Params, data: ReportData) -> SeedBand | None:
+    """min–max of STS-B test over ``sweep.seeds`` of (ablation backbone, ``ablation.loss``) in the
+    main sweep; None with fewer than two evaluated seeds (no spread to compare with)."""
+    b, loss = params.ablation_backbone, params.ablation.loss
+    found = {
+        s: data.evals[(b, loss, s)]["STSBenchmark"]
+        for s in params.sweep.seeds
+        if "STSBenchmark" in data.evals.get((b, loss, s), {})
+    }
+    if len(found) < 2:
+        return None
+    return SeedBand(span(list(found.values())), tuple(found))
+
+
+def ablation_scores(points: Sequence[AblationPoint]) -> list[tuple[float, float]]:
+    """(value, STS-B test) of the points that have a score, ascending value."""
+    return sorted((p.value, p.item["STSBenchmark"]) for p in points if p.item and "STSBenchmark" in p.item)
+
+
+def band_sentence(kind: str, points: Sequence[AblationPoint], band: SeedBand | None) -> str:
+    """Whether ``kind``'s ablation range (max − min of STS-B test over its points) exceeds the seed
+    band's width, in words, with both numbers."""
+    sym = ABLATION_SYMBOLS[kind]
+    scores = [y for _, y in ablation_scores(points)]
+    if len(scores) < 2:
+        return f"The {sym} sweep has {len(scores)} scored point(s): no range to compare with seed noise."
+    sweep = span(scores)
+    spans = f"The {sym} sweep spans {fmt(sweep.width)} ({fmt(sweep.low)}–{fmt(sweep.high)})"
+    if band is None:
+        return f"{spans}; there is no seed band to compare it with (fewer than two main-sweep seeds)."
+    width = fmt(band.span.width)
+    if sweep.width > band.span.width:
+        return (
+            f"{spans}, more than the seed band's {width}: its differences exceed the seed-to-seed "
+            "spread of the main runs (one seed per point, so this is not a significance test)."
+        )
+    return f"{spans}, not more than the seed band's {width}: its differences are within seed noise."
+
+
+def band_line(params: Params, band: SeedBand | None) -> str:
+    """The seed band under a table: its runs, its range and width."""
     ab = params.ablation
-    base = params.train_config(params.ablation_backbone, ab.loss, ab.seed)
-    return {kind: _train_value(base, key) for kind, key in ABLATION_KINDS.items()}
+    who = f"{loss_label(ab.loss)} on `{params.ablation_backbone}`"
+    if band is None:
+        return f"Seed band: not available (fewer than two main-sweep seeds of {who} are evaluated)."
+    seeds = ", ".join(str(s) for s in band.seeds)
+    return (
+        f"Seed band (main sweep, {who}, STS-B test over seeds {seeds}): "
+        f"{fmt(band.span.low)}–{fmt(band.span.high)}, width {fmt(band.span.width)}."
+    )
+
+
+def _length(cfg: TrainConfig, params: Params) -> str:
+    if cfg.max_steps:
+        return f"{cfg.max_steps} steps"
+    epochs = f"{cfg.epochs} epoch{'s' if cfg.epochs != 1 else ''}"
+    return f"{epochs} over the {params.data.num_sentences:,}-sentence sample"
 
 
 def ablation_table(params: Params, data: ReportData, kind: str) -> Table:
-    """Table 4 (``tau``) or 5 (``m``): STS-B test Spearman per swept value."""
+    """Table 4 (``tau``) or 5 (``m``): STS-B test Spearman at every point of ``kind``, the default
+    point being the main sweep's run."""
     sym = ABLATION_SYMBOLS[kind]
     ab = params.ablation
-    defaults = ablation_defaults(params)
-    default = defaults[kind]
     rows, classes = [], []
-    for value, item in data.ablation.get(kind, []):
-        mark = " (train default)" if default is not None and math.isclose(value, default) else ""
+    for point in data.ablation.get(kind, []):
+        mark = f" (main sweep, seed {point.main_seed})" if point.main_seed is not None else ""
+        item = point.item
         if item is None:
-            rows.append([f"{value:g}{mark}", "not run", MISSING, MISSING])
+            rows.append([f"{point.value:g}{mark}", "not run", MISSING, MISSING])
         else:
             rows.append(
                 [
-                    f"{value:g}{mark}",
-                    fmt(item["STSBenchmark"]),
-                    fmt(item["stsb_dev_best"]),
-                    str(item["best_step"]),
+                    f"{point.value:g}{mark}",
+                    fmt(item.get("STSBenchmark")),
+                    fmt(item.get("stsb_dev_best")),
+                    str(item["best_step"]) if "best_step" in item else MISSING,
                 ]
             )
         classes.append("ours")
+    defaults = ablation_defaults(params)
+    default = defaults[kind]
     others = "".join(
         f", {ABLATION_SYMBOLS[k]} = {v:g}" for k, v in defaults.items() if k != kind and v is not None
     )
-    steps = f"{ab.max_steps} steps" if ab.max_steps else "the whole sample"
+    base = params.ablation_base_config()
     caption = (
-        f"{loss_label(ab.loss)} on `{params.ablation_backbone}`, seed {ab.seed}, {steps} per value{others}; "
-        "STS-B test Spearman × 100 of the best-on-STS-B-dev checkpoint (one seed: differences of a "
-        "point or two are within seed noise)."
+        f"{loss_label(ab.loss)} on `{params.ablation_backbone}`{others}; one seed ({ab.seed}) per point, each "
+        f"run trained as long as the main runs ({_length(base, params)}); STS-B test Spearman × 100 of "
+        "the best-on-STS-B-dev checkpoint."
     )
+    if default is not None:
+        caption += (
+            f" The {sym} = {default:g} row is the main sweep's seed-{ab.seed} run (reused, not retrained); "
+            "the other rows are the ablation runs."
+        )
     return Table(
         f"Table {ABLATION_TABLES[kind]} — effect of {sym}",
         [sym, "STS-B test", "best STS-B dev", "best step"],
@@ -230,9 +359,14 @@ def hard_negatives_table(params: Params, hn: dict[str, Any], backbone: str) -> T
 
 
 # ---------------------------------------------------------------- provenance
+def _ablation_items(data: ReportData) -> list[dict[str, Any]]:
+    """The ablation runs' own items (the main-sweep default points are counted with the main runs)."""
+    return [p.item for points in data.ablation.values() for p in points if p.item and p.main_seed is None]
+
+
 def _metas(data: ReportData) -> list[dict[str, Any]]:
     metas = [r.get("meta", {}) for r in [*data.evals.values(), *data.trains.values()]]
-    metas += [it.get("meta", {}) for items in data.ablation.values() for _, it in items if it]
+    metas += [it.get("meta", {}) for it in _ablation_items(data)]
     if data.hard_negatives:
         metas.append(data.hard_negatives.get("meta", {}))
     return metas
@@ -247,12 +381,7 @@ def wall_times(data: ReportData) -> dict[str, tuple[float, int]]:
             for r in data.evals.values()
             if r.get("meta", {}).get("wall_time_s") is not None
         ],
-        "ablate_tau / ablate_m": [
-            it["wall_seconds"]
-            for items in data.ablation.values()
-            for _, it in items
-            if it and "wall_seconds" in it
-        ],
+        "ablate_tau / ablate_m": [it["wall_seconds"] for it in _ablation_items(data) if "wall_seconds" in it],
         "hard_negatives": [data.hard_negatives["wall_seconds"]]
         if data.hard_negatives and "wall_seconds" in data.hard_negatives
         else [],
@@ -337,14 +466,15 @@ def alignment_uniformity(ctx: Context) -> None:
 def ablations(ctx: Context) -> None:
     params, data = ctx.params, ctx.data
     ctx.doc.h2("Tables 4 and 5: τ and m ablations (STS-B test)")
+    band = seed_band(params, data)
     for kind in ABLATION_TABLES:
         ctx.doc.table(ablation_table(params, data, kind))
-    series = {
-        ABLATION_SYMBOLS[k]: [(v, it["STSBenchmark"]) for v, it in items if it]
-        for k, items in data.ablation.items()
-    }
+        ctx.doc.p(f"{band_line(params, band)} {band_sentence(kind, data.ablation.get(kind, []), band)}")
+    series = {ABLATION_SYMBOLS[k]: ablation_scores(points) for k, points in data.ablation.items()}
     if any(series.values()):
         defaults = {ABLATION_SYMBOLS[k]: v for k, v in ablation_defaults(params).items() if v is not None}
+        ab = params.ablation
+        shade = (band.span.low, band.span.high) if band else None
         ctx.add_figure(
             "ablation",
             figures.ablation_curves(
@@ -353,8 +483,18 @@ def ablations(ctx: Context) -> None:
                 f"{params.ablation.loss} on {params.ablation_backbone}: STS-B test vs τ and m",
                 ctx.fig_dir / "ablation.png",
                 loss=params.ablation.loss,
+                band=shade,
+                default_label=f"main sweep, seed {ab.seed}",
             ),
-            "Tables 4 and 5 as curves (STS-B test Spearman × 100).",
+            "Tables 4 and 5 as curves (STS-B test Spearman × 100); the dotted line is the default point "
+            f"(the main sweep's seed-{ab.seed} run); "
+            + (
+                f"the shaded band is the main sweep's min–max over seeds "
+                f"{', '.join(str(s) for s in band.seeds)} ({fmt(band.span.low)}–{fmt(band.span.high)}). "
+                if band
+                else "no seed band (fewer than two main-sweep seeds). "
+            )
+            + "One seed per point; each run trains as long as the main runs.",
         )
 
 
@@ -363,10 +503,26 @@ def focal_figure(ctx: Context) -> None:
     ctx.add_figure(
         "figure1",
         figures.figure1(ctx.params.report.figure1_ms, ctx.fig_dir / "figure1.png"),
-        "Figure 1: the negative logit s(s+m) (times τ) against InfoNCE's s. Orange: rescaled logit above "
-        "InfoNCE's (hard negatives, s > 1−m; also s < 0, rare for in-batch negatives); green: below it "
-        "(easy negatives, 0 < s < 1−m, down-weighted).",
+        "Figure 1: the negative logit s(s+m) (times τ) against InfoNCE's s, per m. The paper's rule: a "
+        "negative with s > 1−m is hard (orange, up-weighted: s(s+m) > s there), every other one easy "
+        "(green, down-weighted), including s < 0, where s(s+m) is above s but the pair is already far "
+        "apart. The dot marks the vertex of s(s+m) at s = −m/2, where the gradient factor (2s+m)/τ of the loss "
+        "with respect to s changes sign: below it the loss pulls a negative's similarity up toward −m/2 "
+        "instead of pushing it down.",
     )
+
+
+def departures(ctx: Context) -> None:
+    ctx.doc.h2("Departures from the reference recipe")
+    r = recipe(ctx.params)
+    experiment = (ctx.params.raw.get("tracking") or {}).get("experiment", "unnamed")
+    ctx.doc.p(
+        f"What parameter set `{experiment}` still does differently from SimCSE's unsupervised recipe and "
+        "the official Focal-InfoNCE fork (docs/method.md), computed from its params:"
+    )
+    ctx.doc.bullets(r.departures or ["nothing: every checked item matches"])
+    if r.matches:
+        ctx.doc.p("Matching the reference: " + "; ".join(r.matches) + ".")
 
 
 def training_curves(ctx: Context) -> None:
@@ -400,6 +556,7 @@ def hard_negatives(ctx: Context) -> None:
 SECTIONS: list[Section] = [
     intro,
     provenance,
+    departures,
     sts_tables,
     alignment_uniformity,
     ablations,

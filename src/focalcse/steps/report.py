@@ -1,4 +1,6 @@
-"""Step ``report``: Tables 2-5, Figure 1, curves and hard negatives as ``report.md`` + ``index.html``."""
+"""Step ``report``: Tables 2-5 (with Holm-adjusted p, published and derived rows, the ablations' seed
+band), Figure 1, curves, hard negatives and the departures from the reference recipe as ``report.md``
++ ``index.html``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Step ``significance``: mean±std over seeds and paired t-tests of every loss against the baseline."""
+"""Step ``significance``: mean±std over seeds, paired t-tests of every loss against the baseline and
+their Holm-adjusted p-values (one family per backbone and loss: the tasks and ``avg``)."""
 
 from __future__ import annotations
 

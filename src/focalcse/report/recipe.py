@@ -1,0 +1,177 @@
+"""What a parameter set does differently from the reference recipe (SimCSE's unsupervised trainer and
+the official Focal-InfoNCE fork; docs/method.md), computed from params: the report's "Departures from
+the reference recipe" section. Pure: params in, sentences out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from focalcse.config import Params, TrainConfig
+from focalcse.report.labels import loss_label
+from focalcse.report.published import backbone_key, published_backbones
+
+REFERENCE_SENTENCES = 1_000_000  # wiki1m, one epoch
+REFERENCE_EVAL_STEPS = 125
+REFERENCE_TAU = 0.05  # SimCSE's InfoNCE temperature; the official Focal script's too
+REFERENCE_M = 0.3  # the paper's m for every backbone
+REFERENCE_TABLE4 = (0.03, 0.05, 0.07, 0.1)  # the paper's τ ablation points
+# method.md: batch size and learning rate per original backbone
+PAPER_BATCH_LR = {
+    "bert-base-uncased": (64, 3e-5),
+    "bert-large-uncased": (64, 1e-5),
+    "roberta-base": (512, 1e-5),
+    "roberta-large": (512, 3e-5),
+}
+RECIPE_OF_OTHERS = "bert-base-uncased"  # a backbone outside the paper is compared with BERT-base's recipe
+# what is known about a backbone outside the paper (by name without org prefix)
+KNOWN_BACKBONES = {
+    "all-MiniLM-L6-v2": "already sentence-tuned (a contrastively trained sentence-transformers model, "
+    "BERT architecture, 22.7M parameters), so its runs are continued training, not training from MLM",
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The report's two lists: what differs from the reference, and what matches it."""
+
+    departures: list[str]
+    matches: list[str]
+
+
+def _items(params: Params) -> list[tuple[str, str, TrainConfig]]:
+    """(backbone, loss, effective train config) of every sweep item (first seed)."""
+    sw = params.sweep
+    return [(b, loss, params.train_config(b, loss, sw.seeds[0])) for b in sw.backbones for loss in sw.losses]
+
+
+def _grouped(items: Sequence[tuple[str, str, TrainConfig]], get: Callable[[TrainConfig], Any]) -> str:
+    """``value`` when every item has it, else ``value (backbone/loss, ...); ...``."""
+    groups: dict[Any, list[str]] = {}
+    for b, loss, cfg in items:
+        groups.setdefault(get(cfg), []).append(f"{b}/{loss}")
+    if len(groups) == 1:
+        return f"{next(iter(groups))}"
+    return "; ".join(f"{v} ({', '.join(names)})" for v, names in groups.items())
+
+
+def _short(name: str) -> str:
+    return backbone_key(name).removeprefix("sentence-transformers/")
+
+
+def _paper_key(params: Params, backbone: str, known: Sequence[str]) -> str | None:
+    """The name among ``known`` of ``backbone`` or of its source, else None."""
+    return next((k for k in (_short(backbone), _short(params.backbone_source(backbone))) if k in known), None)
+
+
+def recipe(params: Params) -> Recipe:
+    """The departures from, and matches with, the reference recipe of ``params``' sweep and ablations."""
+    items = _items(params)
+    differs: list[str] = []
+    matches: list[str] = []
+
+    def check(ok: bool, good: str, bad: str) -> None:
+        (matches if ok else differs).append(good if ok else bad)
+
+    paper = published_backbones()
+    for b in params.sweep.backbones:
+        src = params.backbone_source(b)
+        if _paper_key(params, b, paper) is None:
+            known = KNOWN_BACKBONES.get(_short(b)) or KNOWN_BACKBONES.get(_short(src))
+            named = f"`{b}`" + (f" (`{src}`)" if src != b else "")
+            differs.append(
+                f"Backbone {named} is not one of the paper's ({', '.join(paper)}, pre-trained "
+                "with MLM only)" + (f": {known}." if known else "; compare losses, not absolute numbers.")
+            )
+
+    n = params.data.num_sentences
+    check(
+        n >= REFERENCE_SENTENCES,
+        f"corpus of {n:,} sentences (reference 10^6)",
+        f"Corpus: {n:,} sentences sampled (reference: all 10^6 of wiki1m), i.e. "
+        f"{n / REFERENCE_SENTENCES:.2%} of the reference's training data.",
+    )
+    length = _grouped(items, lambda c: f"{c.epochs} epoch(s), max_steps {c.max_steps}")
+    check(
+        all(c.epochs == 1 and c.max_steps == 0 for *_, c in items),
+        "one epoch over the sample",
+        f"Training length: {length} (reference: one epoch, no step limit).",
+    )
+    check(
+        all(c.eval_steps == REFERENCE_EVAL_STEPS for *_, c in items),
+        f"STS-B dev every {REFERENCE_EVAL_STEPS} steps, best checkpoint kept",
+        f"STS-B dev every {_grouped(items, lambda c: c.eval_steps)} steps (reference {REFERENCE_EVAL_STEPS}); "
+        "the best checkpoint is kept, as in the reference.",
+    )
+    batch_lr = []
+    for b, loss, cfg in items:
+        key = _paper_key(params, b, PAPER_BATCH_LR)
+        ref_b, ref_lr = PAPER_BATCH_LR[key or RECIPE_OF_OTHERS]
+        if (cfg.batch_size, cfg.lr) != (ref_b, ref_lr):
+            whose = f"{key}'s" if key else f"{RECIPE_OF_OTHERS}'s, the nearest paper backbone"
+            batch_lr.append(
+                f"`{b}` {loss_label(loss)}: batch {cfg.batch_size}, lr {cfg.lr:g} "
+                f"(reference {whose}: batch {ref_b}, lr {ref_lr:g})."
+            )
+    differs += batch_lr
+    if not batch_lr:
+        others = [b for b in params.sweep.backbones if _paper_key(params, b, PAPER_BATCH_LR) is None]
+        matches.append(
+            "batch size and learning rate of the paper's recipe per backbone"
+            + (f" ({RECIPE_OF_OTHERS}'s for {', '.join(f'`{b}`' for b in others)})" if others else "")
+        )
+
+    precision = _grouped(items, lambda c: c.precision)
+    check(
+        all(c.precision == "fp32" for *_, c in items),
+        "encoder in fp32",
+        f"Encoder under {precision} autocast (reference: fp32, or fp16 with loss scaling).",
+    )
+    matches.append("cosine similarity, logits and cross-entropy in fp32 under any autocast (as SimCSE)")
+    check(
+        all(c.max_grad_norm == 1.0 for *_, c in items),
+        "gradient clipping to global norm 1.0",
+        f"Gradient clipping to global norm {_grouped(items, lambda c: c.max_grad_norm)} "
+        "(reference 1.0; 0 = off).",
+    )
+    check(
+        all(c.weight_decay == 0 for *_, c in items),
+        "AdamW with weight decay 0, linear decay, no warm-up",
+        f"Weight decay {_grouped(items, lambda c: c.weight_decay)} (reference 0).",
+    )
+    check(
+        all(c.max_seq_len == 32 for *_, c in items),
+        "max_seq_len 32",
+        f"max_seq_len {_grouped(items, lambda c: c.max_seq_len)} (reference 32).",
+    )
+    check(
+        all(c.pooler == "cls" and c.mlp_only_train for *_, c in items),
+        "[CLS] + MLP in training, MLP dropped at evaluation",
+        f"Pooler {_grouped(items, lambda c: (c.pooler, 'mlp_only_train' if c.mlp_only_train else 'MLP kept'))} "
+        "(reference: cls with the MLP in training only).",
+    )
+    base = [(b, loss, c) for b, loss, c in items if loss == params.significance.baseline]
+    check(
+        all(c.temperature == REFERENCE_TAU for *_, c in base),
+        f"{loss_label(params.significance.baseline)} τ = {REFERENCE_TAU:g}",
+        f"{loss_label(params.significance.baseline)} τ = {_grouped(base, lambda c: c.temperature)} "
+        f"(SimCSE: {REFERENCE_TAU:g}).",
+    )
+    with_m = [(b, loss, c) for b, loss, c in items if "m" in c.loss_kwargs()]
+    if with_m:
+        check(
+            all(c.hyper_value("m") == REFERENCE_M for *_, c in with_m),
+            f"m = {REFERENCE_M:g}",
+            f"m = {_grouped(with_m, lambda c: c.hyper_value('m'))} (paper: {REFERENCE_M:g}).",
+        )
+    if params.eval.precision != "fp32":
+        differs.append(f"Evaluation encodes under {params.eval.precision} (reference: fp32).")
+    taus = params.ablation_points("tau")
+    if tuple(taus) != REFERENCE_TABLE4:
+        differs.append(
+            f"Table 4 points τ ∈ {{{', '.join(f'{t:g}' for t in taus)}}} "
+            f"(paper: {', '.join(f'{t:g}' for t in REFERENCE_TABLE4)})."
+        )
+    return Recipe(differs, matches)
