@@ -3,6 +3,9 @@
 Every writer in the project goes through :func:`atomic_write` (a file: temp file beside it, then
 ``os.replace``) or :func:`staged_dir` (a folder: built beside it, then swapped in). A reader, DVC or
 a user never sees a half-written output, and a failure leaves the previous output untouched.
+
+``tempfile`` creates its files 0600 and its folders 0700; before the rename they get the modes a
+plain ``open``/``mkdir`` would give (0644 / 0755 under umask 022), so outputs stay readable by others.
 """
 
 from __future__ import annotations
@@ -11,10 +14,17 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+def current_umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    old = os.umask(0)
+    os.umask(old)
+    return old
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes, encoding: str = "utf-8") -> Path:
@@ -25,6 +35,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, encoding: str = "ut
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode(encoding) if isinstance(data, str) else data)
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -38,19 +49,21 @@ def write_json(path: str | os.PathLike, data: Any) -> Path:
 
 
 @contextmanager
-def staged_dir(dest: str | os.PathLike) -> Iterator[Path]:
+def staged_dir(dest: str | os.PathLike, swap: Callable[[Path, Path], Any] | None = None) -> Iterator[Path]:
     """Build a folder in a temp folder beside ``dest``; on success swap it in place of ``dest``.
 
     Yields the staging folder. If the block raises, the staging folder is removed and ``dest`` (if
     any) is left as it was. The old ``dest`` is moved aside before the new one is renamed in, so the
-    swap is two renames on one filesystem.
+    swap is two renames on one filesystem. ``swap(staging, dest)`` replaces that swap (e.g.
+    :func:`rotate_dir`, which keeps the old ``dest`` as a previous version).
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         yield tmp
-        replace_dir(tmp, dest)
+        os.chmod(tmp, 0o777 & ~current_umask())
+        (swap or replace_dir)(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -75,6 +88,18 @@ def replace_dir(src: str | os.PathLike, dest: str | os.PathLike) -> Path:
         os.replace(dest, old)
     os.replace(src, dest)
     shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def rotate_dir(src: str | os.PathLike, dest: str | os.PathLike, previous: str | os.PathLike) -> Path:
+    """Move finished folder ``src`` to ``dest``, keeping the old ``dest`` as ``previous`` (the older
+    ``previous`` is dropped). Each move is a rename on one filesystem: a kill at any point leaves
+    ``dest`` or ``previous`` (after :func:`recover_dir` on ``previous``) holding a whole folder.
+    """
+    src, dest, previous = Path(src), Path(dest), Path(previous)
+    if dest.exists():
+        replace_dir(dest, previous)
+    os.replace(src, dest)
     return dest
 
 

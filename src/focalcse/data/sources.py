@@ -13,12 +13,18 @@ The mirror is named by the environment variable ``FOCALCSE_DATA_MIRROR`` or the 
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import tarfile
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
+
+from focalcse.atomic import current_umask
+from focalcse.data.corpus import CorpusError
+from focalcse.data.sts import StsDataError
 
 MIRROR_ENV = "FOCALCSE_DATA_MIRROR"
 CACHE_ENV = "FOCALCSE_CACHE"
@@ -50,19 +56,40 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "focalcse")).expanduser()
 
 
-def _download(url: str, dest: Path) -> Path:
-    """Download ``url`` to ``dest`` atomically (a partial download never lands at ``dest``)."""
+# What a failed download raises: urllib's URLError / HTTPError (refused, unknown host, 404, ...), a
+# connection dropped or timed out mid-read, a broken HTTP response; huggingface_hub's offline-mode
+# error is a ConnectionError too. A local write error (disk full) is not among them and stays as is.
+DOWNLOAD_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
+
+
+def _download(url: str, dest: Path, error: type[Exception] = CorpusError) -> Path:
+    """Download ``url`` to ``dest`` atomically (a partial download never lands at ``dest``).
+
+    Raises:
+        ``error`` (:class:`CorpusError` or :class:`StsDataError`, printed in one line by the stages):
+            the download failed (offline, refused, HTTP error); the message names the URL and the mirror
+            settings that avoid it.
+    """
     from tqdm.auto import tqdm
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp, os.fdopen(fd, "wb") as out:
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}") as bar:
-                while chunk := resp.read(1 << 20):
-                    out.write(chunk)
-                    bar.update(len(chunk))
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+                total = int(resp.headers.get("Content-Length") or 0) or None
+                with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}") as bar:
+                    while chunk := resp.read(1 << 20):
+                        out.write(chunk)
+                        bar.update(len(chunk))
+        except DOWNLOAD_ERRORS as err:
+            reason = getattr(err, "reason", None) or err
+            raise error(
+                f"cannot download {url} ({reason}); offline or no network? Set {MIRROR_ENV} or the "
+                f"`data.mirror` param to a mirror folder laid out like shared/data "
+                f"(corpus/wiki1m_standin.txt.gz, senteval/downstream/{{STS,SICK}})"
+            ) from err
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's 0600 -> what a plain open would give
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -93,7 +120,7 @@ def senteval_dir(mirror: str | None = None) -> Path:
     folder = cache_dir() / "senteval" / "downstream"
     if folder.is_dir():
         return folder
-    tar = _download(SENTEVAL_URL, cache_dir() / "senteval.tar")
+    tar = _download(SENTEVAL_URL, cache_dir() / "senteval.tar", error=StsDataError)
     unpack = Path(tempfile.mkdtemp(prefix=".senteval.", dir=cache_dir()))
     try:
         with tarfile.open(tar) as archive:

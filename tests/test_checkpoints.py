@@ -1,0 +1,159 @@
+"""Checkpoints verify themselves on load: a corrupt newest one is moved aside and the previous one used."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from focalcse.config import TrainConfig
+from focalcse.core.training import Checkpointer, TrainResult, train
+
+CORPUS = [[101, 2000 + i, 2001 + i, 102] for i in range(64)]
+FINGERPRINT = {"run": "test"}
+
+
+def _objects(make):
+    enc = make()
+    opt = torch.optim.AdamW(enc.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    return enc, opt, sched, TrainResult(-1, float("-inf"), 4, 0.0, 0.0, 0.0)
+
+
+@pytest.fixture
+def two_checkpoints(tmp_path: Path, tiny_encoder_factory) -> Path:
+    """``work/last`` at step 2 and ``work/previous`` at step 1."""
+    enc, opt, sched, result = _objects(tiny_encoder_factory)
+    ckpt = Checkpointer(tmp_path / "work" / "last", FINGERPRINT)
+    for step in (1, 2):
+        with torch.no_grad():
+            next(enc.parameters()).add_(1.0)  # distinct weights per checkpoint
+        ckpt.save(step, enc, opt, sched, result)
+    work = tmp_path / "work"
+    assert sorted(p.name for p in work.iterdir() if not p.name.startswith(".")) == ["last", "previous"]
+    return work
+
+
+def _load(work: Path, make) -> tuple[int, Checkpointer]:
+    enc, opt, sched, result = _objects(make)
+    ckpt = Checkpointer(work / "last", FINGERPRINT)
+    return ckpt.load(enc, opt, sched, result), ckpt
+
+
+def _truncate(path: Path, keep: int = 7) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+def _flip(path: Path) -> None:  # same size, one byte changed in the middle
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _lines(capsys) -> list[str]:
+    out = capsys.readouterr()
+    return [line for line in (out.out + out.err).splitlines() if line.strip()]
+
+
+def test_intact_checkpoints_load_the_newest(two_checkpoints: Path, tiny_encoder_factory, capsys) -> None:
+    step, ckpt = _load(two_checkpoints, tiny_encoder_factory)
+    assert step == 2 and ckpt.step == 2 and ckpt.folder == two_checkpoints / "last"
+    assert _lines(capsys) == []
+
+
+@pytest.mark.parametrize(
+    "defect",
+    [
+        pytest.param(lambda w: _truncate(w / "last" / "model.safetensors"), id="truncated-model"),
+        pytest.param(lambda w: _truncate(w / "last" / "state.pt", 100), id="truncated-state"),
+        pytest.param(lambda w: _flip(w / "last" / "state.pt"), id="flipped-state"),
+        pytest.param(lambda w: _flip(w / "last" / "model.safetensors"), id="flipped-model"),
+        pytest.param(lambda w: (w / "last" / "manifest.json").unlink(), id="no-manifest"),
+        pytest.param(lambda w: (w / "last" / "state.pt").unlink(), id="no-state"),
+    ],
+)
+def test_corrupt_newest_falls_back_to_previous(
+    two_checkpoints: Path, tiny_encoder_factory, capsys, defect
+) -> None:
+    defect(two_checkpoints)
+    step, ckpt = _load(two_checkpoints, tiny_encoder_factory)
+    assert step == 1 and ckpt.step == 1 and ckpt.folder == two_checkpoints / "previous"
+    lines = _lines(capsys)
+    assert len(lines) == 1, lines
+    assert str(two_checkpoints / "last") in lines[0] and "unusable" in lines[0]
+    assert not (two_checkpoints / "last").exists()
+    aside = two_checkpoints / "last.corrupt-1"
+    assert aside.is_dir() and (aside / "model.safetensors").exists()  # moved aside, not deleted
+
+
+def test_both_corrupt_starts_over(two_checkpoints: Path, tiny_encoder_factory, capsys) -> None:
+    _truncate(two_checkpoints / "last" / "model.safetensors")
+    _truncate(two_checkpoints / "previous" / "state.pt", 100)
+    step, ckpt = _load(two_checkpoints, tiny_encoder_factory)
+    assert step == 0 and ckpt.step == 0
+    lines = _lines(capsys)
+    assert len(lines) == 2 and "last" in lines[0] and "previous" in lines[1]
+    assert (two_checkpoints / "last.corrupt-1").is_dir() and (two_checkpoints / "previous.corrupt-1").is_dir()
+    assert not (two_checkpoints / "last").exists() and not (two_checkpoints / "previous").exists()
+
+
+def test_a_second_corruption_gets_a_new_name(two_checkpoints: Path, tiny_encoder_factory, capsys) -> None:
+    (two_checkpoints / "last.corrupt-1").mkdir()
+    _truncate(two_checkpoints / "last" / "model.safetensors")
+    assert _load(two_checkpoints, tiny_encoder_factory)[0] == 1
+    assert (two_checkpoints / "last.corrupt-2").is_dir() and "last.corrupt-2" in _lines(capsys)[0]
+
+
+def test_bad_safetensors_header_is_caught(two_checkpoints: Path, tiny_encoder_factory, capsys) -> None:
+    """Even with a matching manifest (the file was written bad), the header must parse."""
+    import json
+
+    model = two_checkpoints / "last" / "model.safetensors"
+    model.write_bytes(b"\xff" * 8 + model.read_bytes()[8:])  # absurd header length
+    manifest = json.loads((two_checkpoints / "last" / "manifest.json").read_text())
+    data = model.read_bytes()
+    manifest["files"]["model.safetensors"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (two_checkpoints / "last" / "manifest.json").write_text(json.dumps(manifest))
+    assert _load(two_checkpoints, tiny_encoder_factory)[0] == 1
+    assert "header" in _lines(capsys)[0]
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("stop_after", [3, 5])
+def test_rerun_after_a_truncated_checkpoint_equals_uninterrupted(
+    tmp_path: Path, tiny_encoder_factory, capsys, stop_after: int
+) -> None:
+    cfg = TrainConfig(batch_size=8, max_steps=7, checkpoint_steps=1, eval_at_start=False, lr=1e-3, seed=2)
+    clean = train(tiny_encoder_factory(), CORPUS, cfg, tmp_path / "clean", progress=False)
+    work = tmp_path / ".model.work"
+
+    def stop(metrics, step):
+        if step == stop_after:
+            raise KeyboardInterrupt  # before this step's checkpoint: last = step - 1, previous = step - 2
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_encoder_factory(), CORPUS, cfg, tmp_path / "model", log_metrics=stop, progress=False)
+    assert (work / "last").is_dir() and (work / "previous").is_dir()
+    _truncate(work / "last" / "model.safetensors")
+    capsys.readouterr()
+    resumed = train(tiny_encoder_factory(), CORPUS, cfg, tmp_path / "model", progress=True)
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert f"{work / 'last'} is unusable" in text and f"from step {stop_after - 2}" in text
+    assert _md5(tmp_path / "model" / "model.safetensors") == _md5(tmp_path / "clean" / "model.safetensors")
+    assert resumed.history == clean.history
+    assert not work.exists()
+
+
+def test_killed_mid_rotation_loads_the_previous(two_checkpoints: Path, tiny_encoder_factory, capsys) -> None:
+    """A kill after ``last`` became ``previous`` but before the new one was renamed in: no ``last``."""
+    import shutil
+
+    shutil.rmtree(two_checkpoints / "last")
+    step, ckpt = _load(two_checkpoints, tiny_encoder_factory)
+    assert step == 1 and ckpt.folder == two_checkpoints / "previous" and _lines(capsys) == []
