@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
+# Git-tracked pipeline outputs (DVC's lock and its `cache: false` metrics and report): rewriting them
+# is what a run does, so they never make the code "dirty". Code or params edits do.
+PIPELINE_OUTPUTS = ("dvc.lock", "metrics", "reports")
+# CPU flags that decide which matmul kernels (and so which last bits) a bf16 or fp32 run gets.
+MATMUL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
 
 def git_commit(cwd: str | os.PathLike | None = None) -> str:
-    """HEAD commit (with ``-dirty`` if the tree has uncommitted changes), or ``unknown`` outside git."""
+    """HEAD commit, with ``-dirty`` if tracked code or params have uncommitted changes (pipeline
+    outputs aside, see :data:`PIPELINE_OUTPUTS`), or ``unknown`` outside git."""
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
         ).stdout.strip()
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd,
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "."]
+            + [f":(exclude){p}" for p in PIPELINE_OUTPUTS],
+            cwd=top,
             capture_output=True,
             text=True,
             check=True,
@@ -29,14 +38,56 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
         return "unknown"
 
 
+def cpu_info(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> dict[str, Any]:
+    """The CPU model and its matmul-relevant flags (Linux ``/proc/cpuinfo``; ``platform`` elsewhere)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name" and value.strip():
+                model = value.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"cpu_model": model, "cpu_flags": [f for f in MATMUL_FLAGS if f in flags]}
+
+
+def torch_build() -> dict[str, Any]:
+    """The torch build's kernel libraries: oneDNN (MKL-DNN) version, the CPU capability torch
+    dispatches to, CUDA/cuDNN versions."""
+    import re
+
+    import torch
+
+    config = torch.__config__.show()
+    onednn = re.search(r"MKL-DNN v([\w.]+)", config)
+    info: dict[str, Any] = {
+        "torch_git": torch.version.git_version,
+        "onednn": onednn.group(1) if onednn else None,
+        "mkldnn_available": torch.backends.mkldnn.is_available(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cuda": torch.version.cuda,
+    }
+    if torch.cuda.is_available():
+        info["cudnn"] = torch.backends.cudnn.version()
+    return info
+
+
 def hardware() -> dict[str, Any]:
+    """Where a result was computed: CPU model and matmul flags, core and thread counts, device,
+    torch's kernel build. Runs on different CPU kinds may differ in the last bits (bf16 kernels)."""
     import torch
 
     info: dict[str, Any] = {
         "platform": platform.platform(),
+        **cpu_info(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.is_available(),
+        "device": f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "cpu",
+        "torch_build": torch_build(),
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
@@ -58,19 +109,3 @@ def versions() -> dict[str, str]:
 def provenance(**extra: Any) -> dict[str, Any]:
     """A ``meta`` block: commit, versions, hardware, plus the caller's fields (params, data, ...)."""
     return {"git_commit": git_commit(), "versions": versions(), "hardware": hardware(), **extra}
-
-
-def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    """Write JSON to a temp file beside ``path`` and rename it into place (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False, allow_nan=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path

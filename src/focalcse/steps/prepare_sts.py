@@ -7,7 +7,7 @@ from typing import Any
 
 from focalcse.atomic import staged_dir
 from focalcse.config import Params
-from focalcse.data.sources import senteval_dir
+from focalcse.data.sources import SENTEVAL_URL, mirror_dir, senteval_dir
 from focalcse.data.sts import write_prepared
 from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
 from focalcse.layout import Layout
@@ -17,6 +17,9 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     """Read every task and extra split; ``layout.sts_dir`` appears only when all of them are valid."""
     root = senteval_dir(params.data.mirror or None)
     splits = [(key, read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)]
+    # Where the data came from, without this machine's paths: moving the mirror must not change the
+    # output's hash (the files' content identifies the data).
+    where = "a data mirror's senteval/downstream" if mirror_dir(params.data.mirror or None) else SENTEVAL_URL
     with staged_dir(layout.sts_dir) as tmp:
-        manifest = write_prepared(splits, tmp, source=str(root))
+        manifest = write_prepared(splits, tmp, source=where)
     return manifest
