@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sts_reference as ref
 import yaml
 from scipy import stats as sps
-from tiny_project import make_tiny_project, project_env, run
+from tiny_project import TINY_PARAMS, make_tiny_project, project_env, run
 
 pytestmark = pytest.mark.slow
 
@@ -50,12 +51,34 @@ def test_outputs_have_the_expected_content(project: Path, data_mirror: Path) -> 
             assert [d["step"] for d in dev] == [0, 3, 6]
             assert train["stsb_dev_best"] == max(d["stsb_dev_spearman"] for d in dev if d["step"] > 0)
             ev = _eval(project, loss, seed)
-            assert ev["avg"] == pytest.approx(np.mean([ev[t] for t in TASKS]))
             assert ev["meta"]["pooler"] == "cls_before_pooler" and ev["meta"]["git_commit"] != "unknown"
-            assert all(-100 <= ev[t] <= 100 for t in TASKS)
     # the two losses and the two seeds really trained different models
     assert _eval(project, "infonce", 1)["avg"] != _eval(project, "focal_infonce", 1)["avg"]
     assert _eval(project, "infonce", 1)["avg"] != _eval(project, "infonce", 2)["avg"]
+
+
+# The tiny backbone's [CLS] vectors are nearly collapsed (every STS cosine in [0.99996, 1]), so the
+# evaluator's float32 cosines resolve them only to ~1e-7: its Spearman moves by up to ~0.15 from the
+# float64 reference (measured 0.13), far less than a wrong statistic (Pearson: 3-5) or task set
+# (avg without SICK-R: 1.3). Alignment / uniformity are float64 in the evaluator (measured 1e-7 relative).
+SCORE_TOL, AVG_TOL = 0.5, 0.25
+
+
+@pytest.mark.parametrize(("loss", "seed"), [("infonce", 1), ("focal_infonce", 2)])
+def test_reported_scores_match_plain_transformers(
+    project: Path, data_mirror: Path, loss: str, seed: int
+) -> None:
+    """The eval metrics of a model the pipeline trained, recomputed from the saved folder with
+    AutoModel's [CLS] and scipy's spearmanr on the mirror's SentEval files (tests/sts_reference.py)."""
+    ev = _eval(project, loss, seed)
+    downstream = data_mirror / "senteval" / "downstream"
+    embed = ref.HfEmbedder(project / f"models/tiny/{loss}/seed{seed}", "cls_before_pooler")
+    expected = {t: ref.task_score(embed, ref.read_task(downstream, t))[0] for t in TASKS}
+    assert {t: ev[t] for t in TASKS} == pytest.approx(expected, abs=SCORE_TOL)
+    assert ev["avg"] == pytest.approx(np.mean(list(expected.values())), abs=AVG_TOL)
+    align, uniform = ref.alignment_uniformity(embed, ref.read_task(downstream, "STSBenchmark")["test"])
+    assert ev["alignment"] == pytest.approx(align, rel=1e-4)
+    assert ev["uniformity"] == pytest.approx(uniform, rel=1e-4)
 
 
 def test_significance_matches_scipy_on_the_eval_files(project: Path) -> None:
@@ -109,6 +132,7 @@ def test_failed_train_leaves_no_model_and_fixed_rerun_matches(
         data_mirror,
         tiny_backbone,
         sweep={"backbones": ["tiny"], "losses": ["infonce"], "seeds": [1]},
+        ablation={**TINY_PARAMS["ablation"], "loss": "infonce"},  # the ablated loss must be swept
     )
     env = project_env(dest)
     params = yaml.safe_load((dest / "params.yaml").read_text())
