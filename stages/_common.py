@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from focalcse.config import ConfigError, Params, load_params
+from focalcse.errors import EX_TEMPFAIL
 from focalcse.layout import Layout
-from focalcse.ops.orchestration import EX_TEMPFAIL
 
 PARAMS_FILE = os.environ.get("FOCALCSE_PARAMS", "params.yaml")
 LAYOUT = Layout()  # paths relative to the repository root, where DVC runs every stage
@@ -19,9 +19,7 @@ LAYOUT = Layout()  # paths relative to the repository root, where DVC runs every
 def _concise_errors(kind, value, tb) -> None:
     # Bad inputs are the user's to fix: one line naming the file/line or key, no traceback.
     # Anything else is a bug: full traceback. The exit status is non-zero either way.
-    from focalcse.core.training import NonFiniteLossError
-    from focalcse.data.corpus import CorpusError
-    from focalcse.data.sts import StsDataError
+    from focalcse.errors import CorpusError, NonFiniteLossError, StsDataError
 
     if issubclass(kind, (ConfigError, CorpusError, StsDataError, NonFiniteLossError, FileNotFoundError)):
         print(f"error: {value}", file=sys.stderr)

@@ -263,3 +263,19 @@ def test_dep_checks_can_fail() -> None:
 @pytest.mark.parametrize("stage", sorted(OWN_LOSS))
 def test_own_loss_stages_exist(stage: str) -> None:
     assert stage in _dvc()[0]["stages"], f"OWN_LOSS names {stage!r}, which dvc.yaml no longer has"
+
+
+def test_no_stage_lists_code_it_does_not_import() -> None:
+    """The other direction: a code dep outside the closure reruns the stage for an edit that cannot
+    change its output (e.g. every stage depending on the training loop through an error class)."""
+    extra: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for stage, name, deps, context in rendered_stages():
+        needed = expected_closure(stage, context)
+        code = [d for d in deps if d.startswith(("stages/", "src/"))]
+        unused = tuple(d for d in code if not any(f == d or f.startswith(f"{d}/") for f in needed))
+        if unused:
+            extra.setdefault((stage, unused), []).append(name)
+    report = [
+        f"{stage} ({', '.join(names)}) lists:\n    " + "\n    ".join(u) for (stage, u), names in extra.items()
+    ]
+    assert not extra, "dvc.yaml deps list code the stage never imports:\n" + "\n".join(report)

@@ -35,16 +35,13 @@ from focalcse.core.encode import autocast_context, pad_batch
 from focalcse.core.gradcache import two_view_loss
 from focalcse.core.losses import build_loss
 from focalcse.core.model import SentenceEncoder
+from focalcse.errors import NonFiniteLossError  # re-exported: importers find it here
 
 MetricsCallback = Callable[[dict[str, float], int], None]
 
 
 def _no_log(metrics: dict[str, float], step: int) -> None:
     return None
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or inf."""
 
 
 @dataclass

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-class CorpusError(ValueError):
-    """A corpus that cannot be used; the message names the file (and line)."""
+from focalcse.errors import CorpusError  # re-exported: importers find it here
 
 
 def read_sentences(path: str | os.PathLike) -> list[str]:

@@ -18,16 +18,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from focalcse.errors import StsDataError  # re-exported: importers find it here
+
 STSB_COUNTS = {"train": 5749, "dev": 1500, "test": 1379}
 SICK_COUNTS = {"train": 4500, "trial": 500, "test": 4927}
 SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 # Score ranges: STS 0-5, SICK relatedness 1-5.
 STS_RANGE = (0.0, 5.0)
 SICK_RANGE = (1.0, 5.0)
-
-
-class StsDataError(ValueError):
-    """A malformed STS file; the message names the file and line."""
 
 
 @dataclass
@@ -160,6 +158,7 @@ def read_sick(root: str | os.PathLike, split: str = "test", check_counts: bool =
 # The prepare_sts stage writes one TSV per task/split: subset \t score \t sentence1 \t sentence2,
 # plus manifest.json with the counts. Readers of a prepared folder need no SentEval parsing.
 MANIFEST = "manifest.json"
+
 
 def write_prepared(splits: Iterable[tuple[str, StsSplit]], out_dir: str | os.PathLike, source: str) -> dict:
     """Write ``<key>.tsv`` for each (key, split) and ``manifest.json``; returns the manifest."""

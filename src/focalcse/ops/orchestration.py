@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-EX_TEMPFAIL = 75  # sysexits.h: temporary failure, the caller may retry
+from focalcse.errors import EX_TEMPFAIL  # re-exported: importers find it here
 
 TRANSIENT = "transient"
 DETERMINISTIC = "deterministic"
