@@ -57,11 +57,10 @@ def test_outputs_have_the_expected_content(project: Path, data_mirror: Path) -> 
     assert _eval(project, "infonce", 1)["avg"] != _eval(project, "infonce", 2)["avg"]
 
 
-# The tiny backbone's [CLS] vectors are nearly collapsed (every STS cosine in [0.99996, 1]), so the
-# evaluator's float32 cosines resolve them only to ~1e-7: its Spearman moves by up to ~0.15 from the
-# float64 reference (measured 0.13), far less than a wrong statistic (Pearson: 3-5) or task set
-# (avg without SICK-R: 1.3). Alignment / uniformity are float64 in the evaluator (measured 1e-7 relative).
-SCORE_TOL, AVG_TOL = 0.5, 0.25
+# The evaluator (float32 cosines) against the float64 reference: with the tiny backbone's std-0.5 init
+# only a few near-tied cosines flip rank (measured: at most 0.0023 on STS12). A wrong statistic
+# (Pearson: 3-5) or task set (avg without SICK-R: 1.3) is far outside this.
+SCORE_TOL, AVG_TOL = 0.01, 0.01
 
 
 @pytest.mark.parametrize(("loss", "seed"), [("infonce", 1), ("focal_infonce", 2)])

@@ -59,7 +59,11 @@ def _tracked_files() -> list[str]:
 
 
 def save_tiny_backbone(folder: Path, seed: int = 0) -> Path:
-    """A randomly initialised 2-layer BERT (hidden 32) with the MiniLM tokenizer, saved as an HF folder."""
+    """A randomly initialised 2-layer BERT (hidden 32) with the MiniLM tokenizer, saved as an HF folder.
+
+    Initialised with std 0.5 (BERT's 0.02 gives [CLS] vectors whose STS cosines all lie within 1e-4 of
+    1, so float32 rounding, not the model, would order them and the tests could not tell two models
+    or two scorers apart)."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -67,7 +71,9 @@ def save_tiny_backbone(folder: Path, seed: int = 0) -> Path:
 
     tok = AutoTokenizer.from_pretrained(resolve_backbone("all-MiniLM-L6-v2"))
     torch.manual_seed(seed)
-    model = AutoModel.from_config(tiny_config(tok.vocab_size))
+    config = tiny_config(tok.vocab_size)
+    config.initializer_range = 0.5
+    model = AutoModel.from_config(config)
     model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
     return folder
