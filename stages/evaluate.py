@@ -5,7 +5,7 @@ from __future__ import annotations
 from _common import LAYOUT, matrix_args, params, transient_exit
 
 from focalcse.layout import run_name
-from focalcse.ops.tracking import check_tracking_uri, enabled, log_evaluation, tracking_uri
+from focalcse.ops.tracking import check_tracking_uri, enabled, log_evaluation, sync, tracking_uri
 from focalcse.steps import evaluate
 
 if __name__ == "__main__":
@@ -15,6 +15,7 @@ if __name__ == "__main__":
     with transient_exit():
         if enabled():
             check_tracking_uri(tracking_uri())  # fail before encoding anything
+            sync()  # a train run queued while the server was down: complete it, so the scores join it
         result = evaluate.run(p, LAYOUT, *item)
         # The scores join the MLflow run that trained this model folder.
         log_evaluation(p, *item, LAYOUT.model_dir(*item), result, LAYOUT.eval_metrics(*item))

@@ -38,7 +38,10 @@ def main() -> int:
     ctx = init_distributed("nccl" if cfg.device.startswith("cuda") else "gloo")  # one process unless torchrun
     try:
         # MLflow run (server checked before training): per-step curves, then the model as an artifact.
-        tracking = train_run(p, *item) if ctx.is_main else contextlib.nullcontext(None)
+        # The run id is kept in the item's checkpoint folder: a resumed item continues its run.
+        model_dir = LAYOUT.model_dir(*item)
+        work = model_dir.parent / f".{model_dir.name}.work"
+        tracking = train_run(p, *item, work_dir=work) if ctx.is_main else contextlib.nullcontext(None)
         with transient_exit(), tracking as run:
             log = run.log_metrics if run is not None else None
             metrics = train.run(p, LAYOUT, *item, log_metrics=log, progress=ctx.is_main, parallel=ctx)

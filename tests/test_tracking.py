@@ -111,7 +111,8 @@ def project(tmp_path_factory, data_mirror) -> Path:
         tmp_path_factory.mktemp("trk") / "repo",
         data_mirror,
         model,
-        sweep={"backbones": ["tiny"], "losses": ["infonce"], "seeds": [1]},
+        # (ablation.loss, focal_infonce, must be a swept loss; only infonce is trained here)
+        sweep={"backbones": ["tiny"], "losses": ["infonce", "focal_infonce"], "seeds": [1]},
     )
 
 
@@ -160,6 +161,28 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     assert len(tags["params_hash"]) == 12 and len(tags["git_commit"]) >= 40
     assert r.data.params["train.loss"] == "infonce" and r.data.params["train.batch_size"] == "32"
     assert r.data.params["train.temperature"] == "0.05" and r.data.params["eval.tasks"].startswith('["STS12"')
+    # the logged train config is exactly what `focalcse config` prints for the item
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "focalcse.cli",
+            "config",
+            "--backbone",
+            "tiny",
+            "--loss",
+            "infonce",
+            "--seed",
+            "1",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    logged = {k: v for k, v in r.data.params.items() if k.startswith("train.")}
+    assert logged == tracking.flatten(json.loads(shown), "train.")
 
     train = json.loads((project / "metrics/train/tiny-infonce-seed1.json").read_text())
     loss = client.get_metric_history(r.info.run_id, "loss")
@@ -167,6 +190,9 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     curve = json.loads((project / "metrics/curves/loss/tiny-infonce-seed1.json").read_text())
     assert [m.value for m in loss] == pytest.approx([c["loss"] for c in curve])
     assert len(client.get_metric_history(r.info.run_id, "lr")) == train["steps"]
+    grad_norm = client.get_metric_history(r.info.run_id, "grad_norm")  # pre-clip, every step
+    assert [m.value for m in grad_norm] == pytest.approx([c["grad_norm"] for c in curve])
+    assert len(grad_norm) == train["steps"]
     dev = client.get_metric_history(r.info.run_id, "stsb_dev_spearman")
     assert [m.step for m in dev] == [0, 3, 6]
     metrics = r.data.metrics
@@ -183,6 +209,10 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     got = encode(SentenceEncoder.from_pretrained(downloaded), sentences)
     want = encode(SentenceEncoder.from_pretrained(project / "models/tiny/infonce/seed1"), sentences)
     assert torch.equal(got, want)
+    # ... and is the run's MLflow (sentence-transformers) model, under "Logged models"
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    (logged,) = r.outputs.model_outputs
+    assert client.get_logged_model(logged.model_id).source_run_id == r.info.run_id
     artifacts = {a.path for a in client.list_artifacts(r.info.run_id, "metrics")}
     assert "metrics/tiny-infonce-seed1.json" in artifacts
 

@@ -1,4 +1,5 @@
-"""``focalcse`` command line: evaluate a model folder on the STS tasks; print one item's config.
+"""``focalcse`` command line: evaluate a model folder on the STS tasks; print one item's config;
+send queued MLflow records (``focalcse tracking sync``).
 
 Hyper-parameters never arrive through flags: training reads ``params.yaml`` (see ``stages/``);
 ``focalcse config`` shows what one train item of a parameter set will use.
@@ -76,6 +77,19 @@ def _config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tracking_sync(args: argparse.Namespace) -> int:
+    from focalcse.ops.orchestration import EX_TEMPFAIL
+    from focalcse.ops.tracking import queue_dir, sync
+
+    folder = args.queue or queue_dir()
+    counts = sync(folder=folder)
+    print(
+        f"tracking sync: {counts['runs']} run(s) sent ({counts['metrics']} metrics), "
+        f"{counts['left']} still queued in {folder}"
+    )
+    return EX_TEMPFAIL if counts["left"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="focalcse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -109,6 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     cf.add_argument("--loss", required=True, help="a sweep loss of that set")
     cf.add_argument("--seed", type=int, default=None, help="a sweep seed (default: the first)")
     cf.set_defaults(func=_config)
+    tr = sub.add_parser(
+        "tracking", help="MLflow tracking: send what a stage queued while the server was down"
+    )
+    trs = tr.add_subparsers(dest="tracking_command", required=True)
+    sy = trs.add_parser(
+        "sync",
+        help="send every queued run's metrics, params, tags, artifacts and model; remove what was sent",
+    )
+    sy.add_argument(
+        "--queue", default=None, help="queue folder (default: <repo root>/.focalcse/tracking-queue)"
+    )
+    sy.set_defaults(func=_tracking_sync)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

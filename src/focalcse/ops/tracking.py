@@ -15,11 +15,14 @@ so a stage fails in seconds, before any training, when it is unreachable.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -31,15 +34,15 @@ from typing import Any
 
 from focalcse.config import Params
 from focalcse.data.tasks import TASKS
+from focalcse.errors import TrackingUnavailableError  # re-exported: importers find it here
 from focalcse.layout import Layout, run_name, safe_name, stage_name
 
 CHECK_TIMEOUT_S = 3.0
 FLUSH_SECONDS = 5.0  # buffered per-step metrics reach the store at least this often
 _BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch
-
-
-class TrackingUnavailableError(ConnectionError):
-    """The tracking server cannot be reached (transient: stages exit with EX_TEMPFAIL)."""
+# MLflow 3 opens an experiment of this kind on its runs (not the GenAI traces page)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 
 
 # ---------------------------------------------------------------- where
@@ -176,16 +179,21 @@ def client_and_experiment(params: Params, uri: str | None = None) -> tuple[Any, 
 
     uri = uri or tracking_uri()
     check_tracking_uri(uri)
+    _short_http()
     name = experiment_name(params)
     with _store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(name)
         if exp is not None:
+            if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+                client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return client, exp.experiment_id, uri
         location = None
         if uri.startswith("sqlite:///"):  # absolute, so runs from any cwd (or DVC temp copy) agree
             location = Layout.at(_sqlite_path(uri).parent).mlflow_artifacts.as_uri()
-        exp_id = client.create_experiment(name, artifact_location=location, tags={"param_set": name})
+        exp_id = client.create_experiment(
+            name, artifact_location=location, tags={"param_set": name, EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+        )
         return client, exp_id, uri
 
 
@@ -203,39 +211,334 @@ def _base_tags(params: Params, stage: str) -> dict[str, str]:
     return tags
 
 
+# ---------------------------------------------------------------- the local queue
+HTTP_TIMEOUT_S = "10"  # per request, for the stages' MLflow clients (MLflow's default: 120 s)
+HTTP_MAX_RETRIES = "1"  # MLflow's default: 7 with exponential backoff (minutes on a dead server)
+CLOSE_TIMEOUT_S = 20.0  # the most finish() waits for the background sender
+RUN_FILE = "mlflow_run.json"  # in the train item's work folder: the run to continue on resume
+
+
+def _short_http() -> None:
+    """Short timeouts and few retries for MLflow's HTTP client (unless the user set them)."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_S)
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", HTTP_MAX_RETRIES)
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+
+
+def queue_dir(root: str | os.PathLike | None = None) -> Path:
+    """``<repo root>/.focalcse/tracking-queue``: what MLflow has not confirmed, one JSON-lines file per
+    run (gitignored and dvcignored; never a DVC output)."""
+    return repo_root(root) / ".focalcse" / "tracking-queue"
+
+
+def _write_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_queue(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a queue file (a torn last line, from a kill, is skipped)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+class _Journal:
+    """Append-only JSON lines ``<queue>/<run_id>.jsonl``, locked (flock) while its stage runs."""
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.prior = read_queue(path)[1:] if path.is_file() else []  # an earlier attempt's records
+        self._lock = threading.Lock()
+        self._f = open(path, "a")  # noqa: SIM115 - held for the run
+        fcntl.flock(self._f, fcntl.LOCK_EX)
+        if self._f.tell() == 0:
+            self.append([header])
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._f.write("".join(json.dumps(r) + "\n" for r in records))
+            self._f.flush()
+
+    def rewrite(self, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
+        _write_lines(self.path, [header, *records])
+
+    def close(self, remove: bool) -> None:
+        if remove:
+            self.path.unlink(missing_ok=True)
+        self._f.close()  # releases the lock
+
+
+def _metric(r: dict[str, Any]) -> Any:
+    from mlflow.entities import Metric
+
+    return Metric(r["k"], float(r["v"]), int(r["ts"]), int(r["s"]))
+
+
+def _log_model(uri: str, run_id: str, model_dir: str | os.PathLike, register: str | None = None) -> None:
+    """The model folder as an MLflow ``sentence_transformers`` model of the run (Logged models);
+    registered as ``register`` (env ``FOCALCSE_REGISTER_MODEL``) when set."""
+    import mlflow
+    import mlflow.sentence_transformers
+    import sentence_transformers
+    import torch
+    import transformers
+    from sentence_transformers import SentenceTransformer
+
+    mlflow.set_tracking_uri(uri)
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    reqs = [
+        f"sentence-transformers=={sentence_transformers.__version__}",
+        f"transformers=={transformers.__version__}",
+        f"torch=={torch.__version__.split('+')[0]}",
+    ]
+    mlflow.sentence_transformers.log_model(
+        model,
+        name="sentence_transformer",
+        run_id=run_id,
+        pip_requirements=reqs,  # no requirement inference (it re-loads the model in a subprocess)
+        registered_model_name=register or None,
+    )
+
+
+def _apply(client: Any, uri: str, run_id: str, r: dict[str, Any]) -> None:
+    """Send one non-metric record."""
+    t = r["t"]
+    if t == "tag":
+        client.set_tag(run_id, r["k"], r["v"])
+    elif t == "art":
+        if Path(r["path"]).is_dir():
+            client.log_artifacts(run_id, r["path"], artifact_path=r.get("dest"))
+        elif Path(r["path"]).is_file():
+            client.log_artifact(run_id, r["path"], artifact_path=r.get("dest"))
+    elif t == "model":
+        if Path(r["path"]).is_dir():
+            _log_model(uri, run_id, r["path"], r.get("register"))
+    elif t == "end":
+        client.set_terminated(run_id, status=r["status"])
+
+
+def _queue_uri(header: dict[str, Any]) -> str:
+    """Where a queued run goes: its recorded URI, or ``MLFLOW_TRACKING_URI`` when the recorded one
+    was redacted (credentials are never written to the queue)."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    stored = header.get("uri") or ""
+    if env and redact(env) == stored:
+        return env
+    return stored if stored and "***" not in stored else tracking_uri()
+
+
+def _existing_steps(client: Any, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
+    have: set[tuple[str, int]] = set()
+    for key in keys:
+        have.update((key, int(m.step)) for m in client.get_metric_history(run_id, key))
+    return have
+
+
+def sync_records(
+    client: Any, uri: str, run_id: str, records: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], int]:
+    """Send ``records`` (metrics not already in the run, by key and step; then params, tags,
+    artifacts, the model, the end status, in order). Returns ``(records not sent, metrics sent)``;
+    stops at the first error."""
+    from mlflow.entities import Param
+
+    metrics = [r for r in records if r["t"] == "m"]
+    rest = [r for r in records if r["t"] != "m"]
+    sent = 0
+    if metrics:
+        have = _existing_steps(client, run_id, {r["k"] for r in metrics})
+        todo, seen = [], set()
+        for r in metrics:
+            if (r["k"], int(r["s"])) not in have and (r["k"], int(r["s"])) not in seen:
+                seen.add((r["k"], int(r["s"])))
+                todo.append(_metric(r))
+        for i in range(0, len(todo), _BATCH):
+            client.log_batch(run_id, metrics=todo[i : i + _BATCH])
+        sent = len(todo)
+    params = [r for r in rest if r["t"] == "p"]
+    if params:
+        existing = client.get_run(run_id).data.params
+        items = [Param(r["k"], r["v"]) for r in params if r["k"] not in existing]
+        for i in range(0, len(items), 100):
+            client.log_batch(run_id, params=items[i : i + 100])
+    rest = [r for r in rest if r["t"] != "p"]
+    for i, r in enumerate(rest):
+        try:
+            _apply(client, uri, run_id, r)
+        except Exception:
+            return rest[i:], sent
+    return [], sent
+
+
+def sync(root: str | os.PathLike | None = None, folder: str | os.PathLike | None = None) -> dict[str, int]:
+    """Send every queued run (``focalcse tracking sync``); removes what was sent. Files locked by a
+    running stage are skipped. Returns counts: ``runs``, ``metrics``, ``left`` (runs still queued)."""
+    from mlflow import MlflowClient
+
+    _short_http()
+    out = {"runs": 0, "metrics": 0, "left": 0}
+    base = Path(folder) if folder is not None else queue_dir(root)
+    for path in sorted(base.glob("*.jsonl")) if base.is_dir() else ():
+        with open(path, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # its stage is still running
+                out["left"] += 1
+                continue
+            records = read_queue(path)
+            if not records or records[0].get("t") != "run":
+                continue
+            header, body = records[0], records[1:]
+            uri = _queue_uri(header)
+            try:
+                check_tracking_uri(uri)
+                client = MlflowClient(tracking_uri=uri)
+                left, sent = sync_records(client, uri, header["run_id"], body)
+            except Exception:  # noqa: BLE001 - unreachable or refused: keep the file
+                out["left"] += 1
+                continue
+            out["metrics"] += sent
+            if left:
+                _write_lines(path, [header, *left])
+                out["left"] += 1
+            else:
+                path.unlink(missing_ok=True)
+                out["runs"] += 1
+    return out
+
+
 # ---------------------------------------------------------------- train runs
 class TrainRun:
-    """An open MLflow run for one train matrix item; ``log_metrics`` is the training callback."""
+    """An open MLflow run for one train matrix item; ``log_metrics`` is the training callback.
 
-    def __init__(self, client: Any, run_id: str) -> None:
+    Metrics never wait on the network: each call appends them to the run's queue file (local, one
+    JSON line each) and hands them to a background thread that sends batches every few seconds (at
+    once after a dev evaluation) with short HTTP timeouts. Whatever MLflow has not confirmed when the
+    stage ends stays in the queue file, sent by the next ``finish`` of the item or
+    ``focalcse tracking sync``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        run_id: str,
+        uri: str = "",
+        queue: str | os.PathLike | None = None,
+        skip: set[tuple[str, int]] | None = None,
+        close_timeout: float = CLOSE_TIMEOUT_S,
+    ) -> None:
         self.client = client
         self.run_id = run_id
-        self._buffer: list[Any] = []
-        self._last_flush = time.monotonic()
-        self._warned = False
+        self.uri = uri
+        self.close_timeout = close_timeout
+        folder = Path(queue) if queue is not None else queue_dir()
+        self._header = {"t": "run", "run_id": run_id, "uri": redact(uri), "pid": os.getpid()}
+        self.journal = _Journal(folder / f"{run_id}.jsonl", self._header)
+        self._skip = skip or set()
+        self._pending: list[dict[str, Any]] = []  # handed to the sender, not confirmed
+        self._cond = threading.Condition()
+        self._kick = False
+        self._closing = False
+        self.failures = 0
+        self.attempts = 0  # the sender's sends, done or failed
+        self.down = False  # the sender's last attempt failed
+        self._queued: list[dict[str, Any]] = []  # non-metric records not sent
+        self._thread = threading.Thread(target=self._drain, name="mlflow-sender", daemon=True)
+        self._thread.start()
+
+    # -- metrics
+    def _records(self, metrics: dict[str, Any], step: int) -> list[dict[str, Any]]:
+        now = int(time.time() * 1000)
+        out = []
+        for k, v in metrics.items():
+            if v is None or (k, int(step)) in self._skip:  # already in the resumed run
+                continue
+            out.append({"t": "m", "k": k, "v": float(v), "ts": now, "s": int(step)})
+        return out
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Training's ``log_metrics(metrics, step)`` callback: buffered, flushed every few seconds
-        and at each dev evaluation. A store error mid-run is reported once and the values kept for the
-        next flush (training is not interrupted)."""
-        from mlflow.entities import Metric
+        """Training's ``log_metrics(metrics, step)`` callback: journaled locally, sent in the
+        background (never blocks on MLflow)."""
+        records = self._records(metrics, step)
+        if not records:
+            return
+        self.journal.append(records)
+        with self._cond:
+            self._pending.extend(records)
+            if "stsb_dev_spearman" in metrics:
+                self._kick = True
+                self._cond.notify()
 
-        now = int(time.time() * 1000)
-        self._buffer.extend(Metric(k, float(v), now, int(step)) for k, v in metrics.items())
-        if "stsb_dev_spearman" in metrics or time.monotonic() - self._last_flush > FLUSH_SECONDS:
-            try:
-                self.flush()
-            except Exception as err:  # noqa: BLE001 - tracking must not kill a training run
-                if not self._warned:
-                    print(f"warning: MLflow logging failed, will retry: {err}", file=sys.stderr)
-                    self._warned = True
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._kick or self._closing, timeout=FLUSH_SECONDS)
+                self._kick = False
+                batch = self._pending[:_BATCH]
+                closing = self._closing
+            if batch:
+                try:
+                    self.client.log_batch(self.run_id, metrics=[_metric(r) for r in batch])
+                except Exception:  # noqa: BLE001 - kept; retried next round, else queued
+                    self.failures += 1
+                    self.down = True
+                    self.attempts += 1
+                    if closing:
+                        return
+                    continue
+                self.down = False
+                self.attempts += 1
+                with self._cond:
+                    del self._pending[: len(batch)]
+                    more = bool(self._pending)
+                if more and closing:
+                    continue
+                if more and len(batch) == _BATCH:
+                    with self._cond:
+                        self._kick = True
+                    continue
+            if closing and not self._pending:
+                return
 
-    def flush(self) -> None:
-        while self._buffer:
-            chunk = self._buffer[:_BATCH]
-            self.client.log_batch(self.run_id, metrics=chunk)
-            del self._buffer[: len(chunk)]
-        self._last_flush = time.monotonic()
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait (up to ``timeout``) until the sender has delivered everything; True if it has."""
+        deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
+        start = self.attempts
+        with self._cond:
+            self._kick = True
+            self._cond.notify()
+        while time.monotonic() < deadline:
+            with self._cond:
+                if not self._pending:
+                    return True
+            if (self.down and self.attempts > start) or not self._thread.is_alive():
+                return False  # a send after the kick failed: the server is (still) down
+            time.sleep(0.05)
+        return False
+
+    # -- the end
+    def _send(self, record: dict[str, Any]) -> None:
+        """Send one record now, or queue it once MLflow has failed."""
+        if self.down:
+            self._queued.append(record)
+            return
+        try:
+            _apply(self.client, self.uri, self.run_id, record)
+        except Exception:  # noqa: BLE001
+            self.failures += 1
+            self.down = True
+            self._queued.append(record)
 
     def finish(
         self,
@@ -243,12 +546,9 @@ class TrainRun:
         model_dir: str | os.PathLike,
         files: Sequence[str | os.PathLike] = (),
     ) -> None:
-        """Log the summary metrics, the model folder (artifact ``model``) and ``files`` (``metrics/``),
-        and tag the run with the model's fingerprint for the evaluate stage."""
-        from mlflow.entities import Metric
-
-        self.flush()
-        now = int(time.time() * 1000)
+        """Log the summary metrics, the model folder (artifact ``model``, and as an MLflow
+        sentence-transformers model), ``files`` (``metrics/``), and tag the run with the model's
+        fingerprint for the evaluate stage. Anything MLflow misses is queued."""
         keys = (
             "best_step",
             "stsb_dev_best",
@@ -260,13 +560,55 @@ class TrainRun:
             "sentences_per_second",
             "peak_memory_mb",
         )
-        summary = [Metric(k, float(metrics[k]), now, 0) for k in keys if metrics.get(k) is not None]
-        self.client.log_batch(self.run_id, metrics=summary)
-        self.client.log_artifacts(self.run_id, str(model_dir), artifact_path="model")
+        self.log_metrics({k: float(metrics[k]) for k in keys if metrics.get(k) is not None}, 0)
+        ok = self.flush()
+        self.down = self.down or not ok
+        model_dir = Path(model_dir).resolve()
+        self._send({"t": "art", "path": str(model_dir), "dest": "model"})
         for f in files:
             if Path(f).is_file():
-                self.client.log_artifact(self.run_id, str(f), artifact_path="metrics")
-        self.client.set_tag(self.run_id, "model_sha256", folder_fingerprint(model_dir))
+                self._send({"t": "art", "path": str(Path(f).resolve()), "dest": "metrics"})
+        try:
+            import sentence_transformers  # noqa: F401 - the MLflow flavour needs it
+        except ImportError:
+            print("warning: sentence-transformers is not installed: no MLflow model logged", file=sys.stderr)
+        else:
+            register = os.environ.get("FOCALCSE_REGISTER_MODEL", "").strip() or None
+            self._send({"t": "model", "path": str(model_dir), "register": register})
+        self._send({"t": "tag", "k": "model_sha256", "v": folder_fingerprint(model_dir)})
+
+    def end(self, status: str = "FINISHED", error: str | None = None) -> str | None:
+        """Close the run with ``status``; returns the one-line notice when MLflow was unreachable
+        and the rest is queued (also printed), else None."""
+        ok = self.flush()
+        self.down = self.down or not ok
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if error:
+            self._send({"t": "tag", "k": "error", "v": error[:5000]})
+        self._send({"t": "end", "status": status})
+        with self._cond:
+            pending = list(self._pending)
+        left = [*self.journal.prior, *pending, *self._queued]
+        if not self.down and not self.failures and not self.journal.prior:
+            self.journal.close(remove=True)
+            return None
+        if not self.down:  # recovered, or an earlier attempt's records: resend what MLflow lacks
+            with contextlib.suppress(Exception):
+                left, _ = sync_records(self.client, self.uri, self.run_id, left)
+        if not left:
+            self.journal.close(remove=True)
+            return None
+        self.journal.rewrite(self._header, left)
+        self.journal.close(remove=False)
+        n = sum(r["t"] == "m" for r in left)
+        line = (
+            f"MLflow unreachable: {n} metrics of run {self.run_id} queued in {self.journal.path}; "
+            "run `focalcse tracking sync`"
+        )
+        print(line, file=sys.stderr)
+        return line
 
 
 class _NoRun:
@@ -279,35 +621,69 @@ class _NoRun:
         return None
 
 
+def _alive(pid: Any, host: Any) -> bool:
+    if host != socket.gethostname():
+        return True  # another machine's: cannot tell, leave it
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError, TypeError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_stale(client: Any, exp_id: str, stage: str, keep: str | None, queue: Path) -> None:
+    """Mark KILLED the RUNNING train runs of this item whose process is dead (``kill -9``) and that
+    nothing will resume or sync."""
+    try:
+        runs = client.search_runs(
+            [exp_id],
+            filter_string=f"tags.dvc_stage = '{stage}' and tags.focalcse_stage = 'train' "
+            "and attributes.status = 'RUNNING'",
+            max_results=50,
+        )
+    except Exception:  # noqa: BLE001 - housekeeping only
+        return
+    for r in runs:
+        rid = r.info.run_id
+        if rid == keep or (queue / f"{rid}.jsonl").is_file():
+            continue
+        tags = r.data.tags
+        if "focalcse.pid" in tags and not _alive(tags["focalcse.pid"], tags.get("focalcse.host")):
+            client.set_terminated(rid, status="KILLED")
+
+
 @contextmanager
-def train_run(params: Params, backbone: str, loss: str, seed: int) -> Iterator[TrainRun | _NoRun]:
+def train_run(
+    params: Params,
+    backbone: str,
+    loss: str,
+    seed: int,
+    work_dir: str | os.PathLike | None = None,
+) -> Iterator[TrainRun | _NoRun]:
     """Open the MLflow run of one train matrix item (connectivity checked first); it ends FINISHED,
-    or FAILED with the error as a tag if the body raises.
+    FAILED with the error as a tag if the body raises, KILLED on KeyboardInterrupt.
+
+    ``work_dir``: the item's checkpoint folder (``.seed<k>.work`` beside the model). The run id is
+    kept there, so a resumed item continues the same run; a run left RUNNING by a killed process that
+    nothing resumes is marked KILLED.
 
     Example::
 
-        with train_run(params, backbone, loss, seed) as run:
+        with train_run(params, backbone, loss, seed, work_dir) as run:
             metrics = run_train(..., log_metrics=run.log_metrics)
             run.finish(metrics, model_dir, files=[metrics_file, curve_file, dev_file])
     """
     if not enabled():
         yield _NoRun()
         return
-    from mlflow.entities import Param, RunTag
+    from mlflow.entities import Param
 
     # ConfigError before touching the store; the same dict `focalcse config` prints
     effective = params.effective_config(backbone, loss, seed)
     client, exp_id, uri = client_and_experiment(params)
-    tags = {
-        **_base_tags(params, stage_name("train", backbone, loss, seed)),
-        "backbone": backbone,
-        "loss": loss,
-        "seed": str(seed),
-        "focalcse_stage": "train",
-    }
-    run = client.create_run(exp_id, tags=tags, run_name=run_name(backbone, loss, seed))
-    run_id = run.info.run_id
-    print(f"MLflow run {run_id} in experiment {experiment_name(params)!r} at {redact(uri)}")
+    stage = stage_name("train", backbone, loss, seed)
     values = {
         **flatten(effective, "train."),
         "backbone": backbone,
@@ -316,22 +692,55 @@ def train_run(params: Params, backbone: str, loss: str, seed: int) -> Iterator[T
         "data.seed": str(params.data.seed),
         "dev.batch_size": str(params.eval.batch_size),
     }
-    items = [Param(k, v) for k, v in values.items()]
-    for i in range(0, len(items), 100):
-        client.log_batch(run_id, params=items[i : i + 100])
-    tracker = TrainRun(client, run_id)
+    me = {"focalcse.pid": str(os.getpid()), "focalcse.host": socket.gethostname()}
+    work = Path(work_dir) if work_dir is not None else None
+    run_file = work / RUN_FILE if work is not None else None
+    run_id, skip = None, set()
+    if run_file is not None and run_file.is_file() and any((work / c).is_dir() for c in ("last", "previous")):
+        try:
+            prev = json.loads(run_file.read_text())
+            if prev.get("uri") == redact(uri) and prev.get("params") == values:
+                old = client.get_run(prev["run_id"])
+                if old.info.experiment_id == exp_id and old.info.status != "FINISHED":
+                    run_id = old.info.run_id
+                    skip = _existing_steps(client, run_id, set(old.data.metrics))
+        except Exception:  # noqa: BLE001 - unreadable or unknown: a new run
+            run_id = None
+    if run_id is not None:
+        client.update_run(run_id, status="RUNNING")
+        for k, v in me.items():
+            client.set_tag(run_id, k, v)
+        with contextlib.suppress(Exception):  # the interrupted attempt's error, if it raised
+            client.delete_tag(run_id, "error")
+        print(f"MLflow run {run_id} resumed in experiment {experiment_name(params)!r} at {redact(uri)}")
+    else:
+        tags = {
+            **_base_tags(params, stage),
+            "backbone": backbone,
+            "loss": loss,
+            "seed": str(seed),
+            "focalcse_stage": "train",
+            **me,
+        }
+        run = client.create_run(exp_id, tags=tags, run_name=run_name(backbone, loss, seed))
+        run_id = run.info.run_id
+        print(f"MLflow run {run_id} in experiment {experiment_name(params)!r} at {redact(uri)}")
+        items = [Param(k, v) for k, v in values.items()]
+        for i in range(0, len(items), 100):
+            client.log_batch(run_id, params=items[i : i + 100])
+    _kill_stale(client, exp_id, os.environ.get("DVC_STAGE", stage), run_id, queue_dir())
+    if run_file is not None:
+        work.mkdir(parents=True, exist_ok=True)
+        record = {"run_id": run_id, "pid": os.getpid(), "uri": redact(uri), "params": values}
+        run_file.write_text(json.dumps(record, indent=2) + "\n")
+    tracker = TrainRun(client, run_id, uri=uri, skip=skip)
     try:
         yield tracker
     except BaseException as err:
-        try:
-            tracker.flush()
-            client.log_batch(run_id, tags=[RunTag("error", f"{type(err).__name__}: {err}"[:5000])])
-        finally:
-            client.set_terminated(
-                run_id, status="FAILED" if not isinstance(err, KeyboardInterrupt) else "KILLED"
-            )
+        status = "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
+        tracker.end(status, error=f"{type(err).__name__}: {err}")
         raise
-    client.set_terminated(run_id, status="FINISHED")
+    tracker.end("FINISHED")
 
 
 # ---------------------------------------------------------------- evaluation

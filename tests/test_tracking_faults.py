@@ -1,0 +1,323 @@
+"""MLflow faults: a hanging or dead tracking server never stalls training (metrics go to a local queue,
+sent by ``focalcse tracking sync``), and one train item keeps one MLflow run across a ``kill -9`` and
+its resume. Tiny config in a throw-away copy of the repo; a real ``mlflow server`` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tiny_project import TINY_PARAMS, make_tiny_project, project_env, run, save_tiny_backbone
+
+from focalcse.ops import tracking
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _HangingClient:
+    """An MlflowClient whose every call blocks (a server that accepts and never answers)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.calls += 1
+            self.release.wait()
+            raise ConnectionError("hung up")
+
+        return call
+
+
+def test_hanging_client_never_blocks_and_sync_delivers(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = MlflowClient(uri)
+    exp = store.create_experiment("faults", artifact_location=(tmp_path / "art").as_uri())
+    run_id = store.create_run(exp).info.run_id
+    fake = _HangingClient()
+    queue = tmp_path / "queue"
+    trk = tracking.TrainRun(fake, run_id, uri=uri, queue=queue, close_timeout=0.5)
+    try:
+        slowest, n = 0.0, 300
+        for step in range(1, n + 1):
+            metrics = {"loss": 1.0 / step, "lr": 1e-5, "grad_norm": 0.5}
+            if step % 50 == 0:
+                metrics["stsb_dev_spearman"] = float(step)  # kicks the sender
+            t0 = time.perf_counter()
+            trk.log_metrics(metrics, step)
+            slowest = max(slowest, time.perf_counter() - t0)
+        assert slowest < 0.05
+        lines = tracking.read_queue(queue / f"{run_id}.jsonl")
+        assert sum(r["t"] == "m" for r in lines) == 3 * n + n // 50  # every metric, at once
+        assert fake.calls >= 1  # the sender is stuck in log_batch
+        t0 = time.perf_counter()
+        line = trk.end("FINISHED")
+        assert time.perf_counter() - t0 < 5
+        assert line and line.startswith("MLflow unreachable: ") and run_id in line
+        assert f"{3 * n + n // 50} metrics" in line and "focalcse tracking sync" in line
+    finally:
+        fake.release.set()
+    counts = tracking.sync(folder=queue)
+    assert counts == {"runs": 1, "metrics": 3 * n + n // 50, "left": 0}
+    assert not list(queue.glob("*.jsonl"))
+    r = store.get_run(run_id)
+    assert r.info.status == "FINISHED"
+    assert [m.step for m in store.get_metric_history(run_id, "loss")] == list(range(1, n + 1))
+    assert len(store.get_metric_history(run_id, "stsb_dev_spearman")) == n // 50
+    assert tracking.sync(folder=queue) == {"runs": 0, "metrics": 0, "left": 0}  # nothing twice
+
+
+# ---------------------------------------------------------------- slow: the real stage
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, data_mirror) -> Path:
+    model = save_tiny_backbone(tmp_path_factory.mktemp("backbone") / "tiny")
+    dest = make_tiny_project(
+        tmp_path_factory.mktemp("faults") / "repo",
+        data_mirror,
+        model,
+        sweep={"backbones": ["tiny"], "losses": ["infonce", "focal_infonce"], "seeds": [1, 2]},
+        train={**TINY_PARAMS["train"], "epochs": 6, "checkpoint_steps": 2},  # (a section is replaced)
+    )
+    run(["dvc", "repro", "sample", "prepare_sts"], dest, project_env(dest))
+    return dest
+
+
+class _Server:
+    """``mlflow server`` on 127.0.0.1 (its own process group, killed with SIGKILL by its id)."""
+
+    def __init__(self, folder: Path, port: int) -> None:
+        self.folder, self.port = folder, port
+        self.uri = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        cmd = [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{self.folder / 'mlflow.db'}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=self.folder,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+        self.kill()
+        raise AssertionError("mlflow server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the server and its worker
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+
+def _queue_files(project: Path) -> list[Path]:
+    return sorted((project / ".focalcse" / "tracking-queue").glob("*.jsonl"))
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"stage ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def _logged(project: Path, step: int) -> bool:
+    """The stage has journaled the ``loss`` of ``step``."""
+    for f in _queue_files(project):
+        for r in tracking.read_queue(f):
+            if r.get("k") == "loss" and r["s"] >= step:
+                return True
+    return False
+
+
+@pytest.mark.slow
+def test_server_killed_mid_item_then_sync(project: Path, tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    server = _Server(tmp_path, _free_port())
+    server.start()
+    try:
+        env = project_env(project, MLFLOW_TRACKING_URI=server.uri)
+        proc = subprocess.Popen(
+            [sys.executable, "stages/train.py", "tiny", "infonce", "1"],
+            cwd=project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        _wait_for(lambda: _logged(project, 1), proc)  # training has begun
+        server.kill()
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        notices = [line for line in err.splitlines() if line.startswith("MLflow unreachable: ")]
+        assert len(notices) == 1 and "run `focalcse tracking sync`" in notices[0], err[-3000:]
+        assert (project / "models/tiny/infonce/seed1/model.safetensors").is_file()
+        (queued,) = _queue_files(project)
+        run_id = queued.stem
+        assert run_id in notices[0]
+
+        server.start()
+        sync = run([sys.executable, "-m", "focalcse.cli", "tracking", "sync"], project, env)
+        summary = sync.stdout.strip().splitlines()[-1]  # (MLflow prints links as it logs the model)
+        assert summary.startswith("tracking sync: 1 run(s) sent") and "0 still queued" in summary
+        assert not _queue_files(project)
+        client = MlflowClient(server.uri)
+        runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+        assert [r.info.run_id for r in runs] == [run_id]
+        r = runs[0]
+        assert r.info.status == "FINISHED" and "model_sha256" in r.data.tags
+        train = json.loads((project / "metrics/train/tiny-infonce-seed1.json").read_text())
+        for key in ("loss", "lr", "grad_norm"):
+            steps = [m.step for m in client.get_metric_history(run_id, key)]
+            assert sorted(steps) == list(range(1, train["steps"] + 1)), key
+        assert r.data.metrics["best_step"] == train["best_step"]
+        assert {a.path for a in client.list_artifacts(run_id)} >= {"model", "metrics"}
+    finally:
+        server.kill()
+
+
+@pytest.mark.slow
+def test_kill_9_and_resume_keep_one_run_with_a_logged_model(project: Path) -> None:
+    import mlflow
+    import numpy as np
+    from mlflow import MlflowClient
+    from sentence_transformers import SentenceTransformer
+
+    env = project_env(project)  # sqlite store in the copy
+    work = project / "models/tiny/infonce/.seed2.work"
+    proc = subprocess.Popen(
+        [sys.executable, "stages/train.py", "tiny", "infonce", "2"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def past_checkpoint() -> bool:
+        manifest = work / "last" / "manifest.json"
+        try:
+            step = json.loads(manifest.read_text())["step"]
+        except (OSError, ValueError):
+            return False
+        return step >= 2 and _logged(project, step + 1)  # past a checkpoint, before the next
+
+    _wait_for(past_checkpoint, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    run_id = json.loads((work / tracking.RUN_FILE).read_text())["run_id"]
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    assert client.get_run(run_id).info.status == "RUNNING"
+
+    done = run([sys.executable, "stages/train.py", "tiny", "infonce", "2"], project, env)
+    assert f"MLflow run {run_id} resumed" in done.stdout
+    assert "MLflow unreachable" not in done.stderr
+    exp = client.get_experiment_by_name("tiny")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.dvc_stage = 'train@tiny-infonce-2'")
+    assert [r.info.run_id for r in runs] == [run_id]
+    assert runs[0].info.status == "FINISHED"
+    train = json.loads((project / "metrics/train/tiny-infonce-seed2.json").read_text())
+    steps = [m.step for m in client.get_metric_history(run_id, "loss")]
+    assert steps == list(range(1, train["steps"] + 1))  # every step once
+    assert not work.exists() and not _queue_files(project)
+
+    # the trained model is an MLflow model of the run (Logged models) and encodes like the folder
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    (model_out,) = runs[0].outputs.model_outputs
+    loaded = mlflow.sentence_transformers.load_model(f"models:/{model_out.model_id}")
+    sentences = ["a man is playing a guitar", "two dogs run in the park"]
+    folder = SentenceTransformer(str(project / "models/tiny/infonce/seed2"), device="cpu")
+    assert np.allclose(loaded.encode(sentences), folder.encode(sentences), atol=1e-6)
+
+
+def test_run_of_a_dead_process_that_nothing_resumes_ends_killed(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    store = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = store.create_experiment("stale", artifact_location=(tmp_path / "art").as_uri())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stage = {"dvc_stage": "train@tiny-infonce-1", "focalcse_stage": "train"}
+    host = socket.gethostname()
+    gone = store.create_run(exp, tags={**stage, "focalcse.pid": str(dead.pid), "focalcse.host": host})
+    alive = store.create_run(exp, tags={**stage, "focalcse.pid": str(os.getpid()), "focalcse.host": host})
+    queued = store.create_run(exp, tags={**stage, "focalcse.pid": str(dead.pid), "focalcse.host": host})
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / f"{queued.info.run_id}.jsonl").write_text("{}\n")  # waits for `tracking sync`
+    tracking._kill_stale(store, exp, "train@tiny-infonce-1", None, tmp_path / "q")
+    assert store.get_run(gone.info.run_id).info.status == "KILLED"
+    assert store.get_run(alive.info.run_id).info.status == "RUNNING"
+    assert store.get_run(queued.info.run_id).info.status == "RUNNING"
+
+
+def test_raise_ends_failed_resume_continues_it_ctrl_c_ends_killed(tmp_path: Path, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    from focalcse.config import load_params
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))  # the queue folder
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    item = ("all-MiniLM-L6-v2", "infonce", 1)
+    work = tmp_path / ".seed1.work"
+    with pytest.raises(RuntimeError), tracking.train_run(params, *item, work_dir=work) as trk:
+        for step in (1, 2, 3):
+            trk.log_metrics({"loss": float(step)}, step)
+        raise RuntimeError("boom")
+    client = MlflowClient(uri)
+    run_id = json.loads((work / tracking.RUN_FILE).read_text())["run_id"]
+    assert client.get_run(run_id).info.status == "FAILED"
+    (work / "last").mkdir()  # a checkpoint (at step 2): the rerun resumes
+    with pytest.raises(KeyboardInterrupt), tracking.train_run(params, *item, work_dir=work) as trk:
+        assert trk.run_id == run_id
+        for step in (3, 4):  # step 3 is in the run already: not logged twice
+            trk.log_metrics({"loss": float(step)}, step)
+        raise KeyboardInterrupt
+    r = client.get_run(run_id)
+    assert r.info.status == "KILLED" and "error" in r.data.tags
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2, 3, 4]
+    assert len(client.search_runs([r.info.experiment_id])) == 1
+    assert not list(tracking.queue_dir(tmp_path).glob("*.jsonl"))
