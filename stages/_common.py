@@ -49,7 +49,7 @@ def matrix_args(description: str) -> argparse.Namespace:
 def transient_exit() -> Iterator[None]:
     """Exit with EX_TEMPFAIL (75) when the tracking server is unreachable: the Prefect flow retries
     that exit status only (focalcse.ops.orchestration.classify_failure)."""
-    from focalcse.ops.tracking import TrackingUnavailableError
+    from focalcse.errors import TrackingUnavailableError
 
     try:
         yield

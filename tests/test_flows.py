@@ -195,6 +195,7 @@ def test_reproduce_runs_each_dvc_stage_as_a_task(harness, tmp_path_factory, data
     env = project_env(repo)
     _env(monkeypatch, env)
     expected = {
+        "check",
         "sample",
         "prepare_sts",
         "train@tiny-infonce-1",

@@ -74,7 +74,7 @@ def s(*items: Path) -> set[str]:
 
 RUN = (BACKBONE, LOSS, SEED)
 ABLATION_DATA = s(L.corpus_file, L.sts_dir)
-EXPECTED = {  # stage -> (outs + metrics + plots, data and model deps)
+_EXPECTED = {  # stage -> (outs + metrics + plots, data and model deps besides the check file)
     "sample": (s(L.corpus_file), set()),
     "prepare_sts": (s(L.sts_dir), set()),
     "train": (
@@ -97,6 +97,10 @@ EXPECTED = {  # stage -> (outs + metrics + plots, data and model deps)
             L.hard_negatives_file,
         ),
     ),
+}
+# every stage but `check` depends on the check stage's output (checked before DVC deletes outputs)
+EXPECTED = {"check": (s(L.check_file), set())} | {
+    name: (outs, deps | s(L.check_file)) for name, (outs, deps) in _EXPECTED.items()
 }
 
 

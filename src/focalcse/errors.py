@@ -3,7 +3,7 @@
 A module of its own, importing nothing, so that the stage entry points' error hook
 (``stages/_common.py``) does not make every DVC stage depend on the training loop or the data readers.
 The classes are re-exported where they are raised (``focalcse.core.training``, ``focalcse.data.corpus``,
-``focalcse.data.sts``).
+``focalcse.data.sts``, ``focalcse.ops.tracking``).
 """
 
 from __future__ import annotations
@@ -21,3 +21,7 @@ class StsDataError(ValueError):
 
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or inf."""
+
+
+class TrackingUnavailableError(ConnectionError):
+    """The tracking server cannot be reached (transient: stages exit with EX_TEMPFAIL)."""

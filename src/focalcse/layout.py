@@ -59,6 +59,12 @@ class Layout:
 
     # ---------------------------------------------------------------- data
     @property
+    def check_file(self) -> Path:
+        """Written by the ``check`` stage, which every other stage depends on; its content never
+        changes, so a passing check reruns nothing downstream."""
+        return self.root / "data" / "checked.json"
+
+    @property
     def corpus_file(self) -> Path:
         return self.root / "data" / "corpus" / "train.txt"
 

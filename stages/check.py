@@ -1,0 +1,14 @@
+"""DVC stage `check`: params and sources checked before any stage that could lose its outputs runs."""
+
+from __future__ import annotations
+
+from _common import LAYOUT, params
+
+from focalcse.steps import check
+
+if __name__ == "__main__":
+    info = check.run(params(), LAYOUT)
+    pairs = sum(info["sts_pairs"].values())
+    print(
+        f"check: params valid; corpus {info['corpus_sentences']} sentences; STS {pairs} pairs in {len(info['sts_pairs'])} splits"
+    )
