@@ -170,6 +170,20 @@ def _logged(project: Path, step: int) -> bool:
     return False
 
 
+def _start_train(
+    project: Path, env: dict[str, str], seed: int, stdout: int = subprocess.PIPE
+) -> subprocess.Popen:
+    """The train stage of item (tiny, infonce, seed) as its own process."""
+    return subprocess.Popen(
+        [sys.executable, "stages/train.py", "tiny", "infonce", str(seed)],
+        cwd=project,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.mark.slow
 def test_server_killed_mid_item_then_sync(project: Path, tmp_path: Path) -> None:
     from mlflow import MlflowClient
@@ -178,14 +192,7 @@ def test_server_killed_mid_item_then_sync(project: Path, tmp_path: Path) -> None
     server.start()
     try:
         env = project_env(project, MLFLOW_TRACKING_URI=server.uri)
-        proc = subprocess.Popen(
-            [sys.executable, "stages/train.py", "tiny", "infonce", "1"],
-            cwd=project,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _start_train(project, env, 1)
         _wait_for(lambda: _logged(project, 1), proc)  # training has begun
         server.kill()
         out, err = proc.communicate(timeout=300)
@@ -226,14 +233,7 @@ def test_kill_9_and_resume_keep_one_run_with_a_logged_model(project: Path) -> No
 
     env = project_env(project)  # sqlite store in the copy
     work = project / "models/tiny/infonce/.seed2.work"
-    proc = subprocess.Popen(
-        [sys.executable, "stages/train.py", "tiny", "infonce", "2"],
-        cwd=project,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _start_train(project, env, 2, stdout=subprocess.DEVNULL)
 
     def past_checkpoint() -> bool:
         manifest = work / "last" / "manifest.json"
