@@ -1144,3 +1144,38 @@ def test_hard_negatives_match_an_independent_cls_computation(tiny_run: Path) -> 
 
 def hn_max(params: Params) -> float:
     return params.report.hard_negative_max_gold
+
+
+def test_a_sweep_without_the_papers_backbones_shows_their_published_rows_for_reference(tmp_path) -> None:
+    """The CPU default trains all-MiniLM-L6-v2, which has no published rows: the report still shows
+    every published and derived row of the paper's backbones, as the data file has them, in a
+    reference table of its own (never inside our Table 2)."""
+    raw = _published_doc()
+    params = load_params(_params_with(tmp_path))  # the CPU default's sweep
+    b = params.sweep.backbones[0]
+    means = {k: 70.0 for k in [*TASKS, "avg"]}
+    data = ReportData(significance=_significance(b, {"infonce": means, "focal_infonce": means}))
+    doc = Doc("t")
+    doc.table(sections.table2(params, data, b))
+    doc.table(sections.published_reference(params, data))
+    md = to_markdown(doc, tmp_path)
+    ours = _table(md_tables(md), f"Table 2 — {b} ")
+    assert not [r for r in ours[1:] if r[0].startswith(("Published:", "Derived:"))]
+    ref_table = _table(md_tables(md), "Published Table 2 rows (reference)")
+    keys = [column_keys()[c] for c in ref_table[0][2:]]
+    shown = ref_table[1:]
+    assert len(shown) == len(raw["rows"])
+    for r, row in zip(raw["rows"], shown):
+        assert row[0].startswith("Derived:" if "derived" in r else "Published:") and row[1] == r["backbone"]
+        assert r["label"] in row[0] and f"[{r['source']}]" in row[0]
+        for key, cell in zip(keys, row[2:]):
+            assert cell == (f"{r['scores'][key]:.2f}" if key in r["scores"] else "–")
+    derived = {r["backbone"]: r["scores"]["avg"] for r in raw["rows"] if "derived" in r}
+    assert derived == {"bert-large-uncased": 77.90, "roberta-base": 76.07, "roberta-large": 77.99}
+    # a sweep of one of the paper's backbones shows that backbone's rows in its Table 2 only
+    params = load_params(_params_with(tmp_path, sweep={"backbones": ["bert-base-uncased"]}))
+    data = ReportData(
+        significance=_significance("bert-base-uncased", {"infonce": means, "focal_infonce": means})
+    )
+    table = sections.published_reference(params, data)
+    assert table is not None and not any(row[1] == "bert-base-uncased" for row in table.rows)

@@ -20,7 +20,7 @@ from focalcse.layout import ABLATION_KINDS
 from focalcse.report import figures
 from focalcse.report.data import AblationPoint, ReportData, ablation_default
 from focalcse.report.labels import column_label, loss_label, metric_columns
-from focalcse.report.published import PublishedRow, published_rows
+from focalcse.report.published import PublishedRow, published_backbones, published_rows
 from focalcse.report.recipe import recipe
 from focalcse.report.render import (
     MISSING,
@@ -438,6 +438,43 @@ def sts_tables(ctx: Context) -> None:
     ctx.doc.h2("Table 2: STS tasks (Spearman × 100)")
     for b in ctx.data.significance["backbones"]:
         ctx.doc.table(table2(ctx.params, ctx.data, b))
+    reference = published_reference(ctx.params, ctx.data)
+    if reference is not None:
+        ctx.doc.table(reference)
+
+
+def published_reference(params: Params, data: ReportData) -> Table | None:
+    """The published (and derived) Table 2 rows of the paper's backbones that no sweep backbone
+    shows under its own Table 2: the paper's numbers for reference, never beside our runs."""
+    shown = {
+        r.backbone
+        for b in data.significance["backbones"]
+        for r in published_rows(b, params.backbone_source(b))
+    }
+    others = [b for b in published_backbones() if b not in shown]
+    if not others:
+        return None
+    cols = metric_columns(params, data.significance)
+    rows, classes = [], []
+    for b in others:
+        for r in published_rows(b):
+            rows.append([published_label(r), b] + [fmt(r.scores.get(c)) for c in cols])
+            classes.append("published")
+    caption = (
+        "The paper's backbones, for reference only: published numbers (not produced here), each with "
+        "its source; “Derived” rows are computed from published numbers by the arithmetic shown "
+        "(the Focal-InfoNCE paper's own SimCSE baselines: its Focal-InfoNCE averages minus the "
+        "abstract's gains), not published themselves. Compare a Focal-InfoNCE row with its paper's "
+        "own baseline, and none of them with the runs above, which start from another backbone."
+        + published_gain_note([r for b in others[:1] for r in published_rows(b)])
+    )
+    return Table(
+        "Published Table 2 rows (reference)",
+        ["Row", "backbone", *[column_label(c) for c in cols]],
+        rows,
+        caption,
+        classes,
+    )
 
 
 def alignment_uniformity(ctx: Context) -> None:
