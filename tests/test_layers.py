@@ -24,7 +24,13 @@ SRC = ROOT / "src"
 PACKAGE = "focalcse"
 
 TRACKING = ("mlflow", "prefect", "dvc")  # third-party orchestration / tracking packages
-CORE_MAY_IMPORT = {"focalcse", "focalcse.config", "focalcse.atomic", "focalcse.errors", "focalcse.layout"}  # + core.*
+CORE_MAY_IMPORT = {
+    "focalcse",
+    "focalcse.config",
+    "focalcse.atomic",
+    "focalcse.errors",
+    "focalcse.layout",
+}  # + core.*
 ABOVE_CORE = ("focalcse.data", "focalcse.eval", "focalcse.steps", "focalcse.report", "focalcse.ops")
 ABOVE_DATA_EVAL = ("focalcse.ops", "focalcse.steps", "focalcse.report")
 
