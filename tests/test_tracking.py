@@ -212,7 +212,12 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     # ... and is the run's MLflow (sentence-transformers) model, under "Logged models"
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     (logged,) = r.outputs.model_outputs
-    assert client.get_logged_model(logged.model_id).source_run_id == r.info.run_id
+    model = client.get_logged_model(logged.model_id)
+    assert model.source_run_id == r.info.run_id
+    # in the run's experiment (its "Logged models" tab), with artifacts under its artifact location
+    assert model.experiment_id == exp.experiment_id
+    assert [m.model_id for m in client.search_logged_models([exp.experiment_id])] == [logged.model_id]
+    assert model.artifact_location.startswith(exp.artifact_location)
     artifacts = {a.path for a in client.list_artifacts(r.info.run_id, "metrics")}
     assert "metrics/tiny-infonce-seed1.json" in artifacts
 

@@ -296,6 +296,9 @@ def _log_model(uri: str, run_id: str, model_dir: str | os.PathLike, register: st
     from sentence_transformers import SentenceTransformer
 
     mlflow.set_tracking_uri(uri)
+    # The logged model belongs to the active experiment, not the run's (MLflow 3): without this it
+    # lands in "Default", with its artifacts under ./mlruns, and the run's experiment shows none.
+    mlflow.set_experiment(experiment_id=mlflow.MlflowClient(uri).get_run(run_id).info.experiment_id)
     model = SentenceTransformer(str(model_dir), device="cpu")
     reqs = [
         f"sentence-transformers=={sentence_transformers.__version__}",
