@@ -78,7 +78,7 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def _tracking_sync(args: argparse.Namespace) -> int:
-    from focalcse.ops.orchestration import EX_TEMPFAIL
+    from focalcse.errors import EX_TEMPFAIL
     from focalcse.ops.tracking import queue_dir, sync
 
     folder = args.queue or queue_dir()
