@@ -9,6 +9,12 @@ Checks, after a ``dvc repro`` in each checkout:
 * every field of every metrics JSON under ``metrics/``, exactly (floats bit for bit), except the
   provenance block ``meta`` and wall-clock measurements (``TIMING_KEYS``).
 
+Result documents are compared whole: a file's ``meta``/``subsets`` companions (``x.meta.json``,
+``x.subsets.json``) are merged back into it first, and the per-item ``metrics/hard_negatives/`` files
+are merged into one ``metrics/hard_negatives.json`` document, so outputs written before and after
+the split into companion files compare field by field. Files only in AFTER (new outputs such as
+``metrics/summary.json``) are listed, not counted as differences.
+
 ``significance.json`` changed shape when significance learnt to test every loss against the baseline
 (``ttest[key]`` became ``ttest[loss][key]``, ``paired_seeds`` became ``paired_seeds[loss]``, and the
 ``treatment`` key went); an old file is read in the new shape before comparing, by
@@ -24,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from focalcse.layout import is_companion
+from focalcse.report.data import merge_items
+from focalcse.results import read_result
 
 TIMING_KEYS = {"train_seconds", "wall_seconds", "sentences_per_second", "peak_memory_mb", "wall_time_s"}
 
@@ -54,7 +64,7 @@ def diff(a: Any, b: Any, path: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for key in sorted(set(a) | set(b)):
-            if key == "meta" or key in TIMING_KEYS:
+            if key in ("meta", "metas") or key in TIMING_KEYS:  # provenance, not results
                 continue
             if key not in a or key not in b:
                 out.append(f"{path}/{key}: only in {'after' if key in b else 'before'}")
@@ -69,25 +79,60 @@ def diff(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if same and type(a) is type(b) else [f"{path}: {a!r} vs {b!r}"]
 
 
-def compare(before: Path, after: Path) -> tuple[list[str], int, int]:
-    """Differences, number of dvc.lock outputs compared, number of JSON files compared."""
+def documents(root: Path) -> dict[Path, Any]:
+    """Every JSON document under ``root/metrics`` by relative path, companions merged in and the
+    hard-negative items merged into one ``metrics/hard_negatives.json``."""
+    docs: dict[Path, Any] = {}
+    for path in sorted((root / "metrics").rglob("*.json")):
+        if is_companion(path):
+            continue
+        data = json.loads(path.read_text())
+        docs[path.relative_to(root)] = read_result(path) if isinstance(data, dict) else data
+    items = [docs.pop(rel) for rel in sorted(docs) if rel.parent == Path("metrics/hard_negatives")]
+    if items:
+        docs[Path("metrics/hard_negatives.json")] = merge_items(items)
+    return docs
+
+
+def _loss_order(doc: dict[str, Any], like: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (merged hard negatives) with each backbone's losses in the order ``like`` has them."""
+    for b, entry in doc.get("backbones", {}).items():
+        order = list(like.get("backbones", {}).get(b, {}).get("mean_cos", entry["mean_cos"]))
+        for key in ("mean_cos", "models"):
+            entry[key] = {k: entry[key][k] for k in order if k in entry[key]}
+        for pair in entry["pairs"]:
+            pair["cos"] = {k: pair["cos"][k] for k in order if k in pair["cos"]}
+    return doc
+
+
+def compare(before: Path, after: Path) -> tuple[list[str], int, int, list[str]]:
+    """Differences, number of dvc.lock outputs compared, number of JSON documents compared, and the
+    documents / outputs only AFTER has."""
     problems: list[str] = []
+    new: list[str] = []
     outs_a, outs_b = lock_outs(before), lock_outs(after)
     for path in sorted(set(outs_a) | set(outs_b)):
-        if path not in outs_a or path not in outs_b:
-            problems.append(f"dvc.lock {path}: only in {'after' if path in outs_b else 'before'}")
-        elif outs_a[path] != outs_b[path] and not path.startswith(("metrics", "reports")):
+        if path.startswith(("metrics", "reports")):
+            continue  # compared by content below (their md5 holds the commit and timings)
+        if path not in outs_b:
+            problems.append(f"dvc.lock {path}: only in before")
+        elif path not in outs_a:
+            new.append(f"dvc.lock {path}")
+        elif outs_a[path] != outs_b[path]:
             problems.append(f"dvc.lock {path}: md5 {outs_a[path]} vs {outs_b[path]}")
-    files_a = {p.relative_to(before) for p in (before / "metrics").rglob("*.json")}
-    files_b = {p.relative_to(after) for p in (after / "metrics").rglob("*.json")}
-    for rel in sorted(files_a ^ files_b):
-        problems.append(f"{rel}: only in {'after' if rel in files_b else 'before'}")
-    for rel in sorted(files_a & files_b):
-        a, b = (json.loads((root / rel).read_text()) for root in (before, after))
+    docs_a, docs_b = documents(before), documents(after)
+    for rel in sorted(set(docs_a) - set(docs_b)):
+        problems.append(f"{rel}: only in before")
+    new += [str(rel) for rel in sorted(set(docs_b) - set(docs_a))]
+    for rel in sorted(set(docs_a) & set(docs_b)):
+        a, b = docs_a[rel], docs_b[rel]
         if rel.name == "significance.json":
             a, b = normalise_significance(a), normalise_significance(b)
+        if rel == Path("metrics/hard_negatives.json"):
+            b = _loss_order(b, a)
         problems += [f"{rel}{d}" for d in diff(a, b)]
-    return problems, len(set(outs_a) & set(outs_b)), len(files_a & files_b)
+    n_outs = len({p for p in set(outs_a) & set(outs_b) if not p.startswith(("metrics", "reports"))})
+    return problems, n_outs, len(set(docs_a) & set(docs_b)), new
 
 
 def main() -> int:
@@ -97,12 +142,15 @@ def main() -> int:
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
     args = parser.parse_args()
-    problems, n_outs, n_files = compare(args.before, args.after)
+    problems, n_outs, n_files, new = compare(args.before, args.after)
     for line in problems:
         print(line)
+    for line in new:
+        print(f"new in after (not a difference): {line}")
     verdict = "differ" if problems else "identical"
     print(
-        f"{n_outs} dvc.lock outputs and {n_files} metrics files compared: {verdict} ({len(problems)} differences)"
+        f"{n_outs} dvc.lock model/data outputs and {n_files} metrics documents compared: {verdict} "
+        f"({len(problems)} differences)"
     )
     return 1 if problems else 0
 

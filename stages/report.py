@@ -14,5 +14,5 @@ if __name__ == "__main__":
             check_tracking_uri(tracking_uri())  # fail before building anything
         paths = report.run(p, LAYOUT, params_file=PARAMS_FILE)
         # Tables, figures and the HTML page as artifacts of one MLflow `summary` run.
-        log_summary_run(p, [LAYOUT.significance_file, LAYOUT.reports_dir])
+        log_summary_run(p, [LAYOUT.summary_file, LAYOUT.significance_file, LAYOUT.reports_dir])
     print(f"wrote {paths['markdown']}, {paths['html']} and {len(paths) - 2} figures")

@@ -141,7 +141,10 @@ def _dvc() -> tuple[dict[str, Any], dict[str, Any]]:
 def _lookup(context: dict[str, Any], key: str) -> Any:
     value: Any = context
     for part in key.strip().split("."):
-        value = value[part]
+        name, *indices = re.split(r"\[(\d+)\]", part)  # `seeds[0]`: DVC's list indexing
+        value = value[name]
+        for index in (i for i in indices if i):
+            value = value[int(index)]
     return value
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from focalcse.core.losses import loss_names, loss_spec
-from focalcse.layout import Layout
+from focalcse.layout import Layout, companion_file
 
 ROOT = Path(__file__).resolve().parents[1]
 L = Layout()  # relative to the repository root, as dvc.yaml writes its paths
@@ -38,7 +38,11 @@ def params() -> dict:
 def render(text: str, item: dict | None = None, extra: dict | None = None) -> str:
     """``text`` with ``${item.key}`` (and ``${name}`` from ``extra``) substituted; an unknown
     placeholder fails the test, so nothing is compared half-rendered."""
-    values = {**{f"item.{k}": v for k, v in (item or ITEM).items()}, **(extra or {})}
+    values = {
+        **{f"item.{k}": v for k, v in (item or ITEM).items()},
+        "sweep.seeds[0]": FIRST_SEED,
+        **(extra or {}),
+    }
 
     def sub(match: re.Match) -> str:
         key = match.group(1)
@@ -73,28 +77,44 @@ def s(*items: Path) -> set[str]:
 
 
 RUN = (BACKBONE, LOSS, SEED)
+FIRST_SEED = 1  # ${sweep.seeds[0]} in the example (hard_negatives reads the first seed's models)
+
+
+def c(path: Path, *keys: str) -> set[str]:
+    """``path`` and its companion files (``meta``, ``subsets``)."""
+    return s(path, *(companion_file(path, k) for k in keys))
+
+
 ABLATION_DATA = s(L.corpus_file, L.sts_dir)
 _EXPECTED = {  # stage -> (outs + metrics + plots, data and model deps besides the check file)
     "sample": (s(L.corpus_file), set()),
     "prepare_sts": (s(L.sts_dir), set()),
     "train": (
-        s(L.model_dir(*RUN), L.train_metrics(*RUN), L.loss_curve(*RUN), L.dev_curve(*RUN)),
+        s(L.model_dir(*RUN), L.loss_curve(*RUN), L.dev_curve(*RUN)) | c(L.train_metrics(*RUN), "meta"),
         s(L.corpus_file, L.sts_dir),
     ),
-    "evaluate": (s(L.eval_metrics(*RUN)), s(L.model_dir(*RUN), L.sts_dir)),
-    "significance": (s(L.significance_file), s(L.eval_dir)),
-    "ablate_tau": (s(L.ablation_metrics("tau", TAU)), ABLATION_DATA),
-    "ablate_m": (s(L.ablation_metrics("m", M)), ABLATION_DATA),
-    "hard_negatives": (s(L.hard_negatives_file), s(L.sts_dir, L.models_dir)),
+    "evaluate": (c(L.eval_metrics(*RUN), "meta", "subsets"), s(L.model_dir(*RUN), L.sts_dir)),
+    "significance": (
+        c(L.significance_file, "meta") | c(L.summary_file, "meta"),
+        s(L.eval_dir),
+    ),
+    "ablate_tau": (c(L.ablation_metrics("tau", TAU), "meta"), ABLATION_DATA),
+    "ablate_m": (c(L.ablation_metrics("m", M), "meta"), ABLATION_DATA),
+    "hard_negatives": (
+        c(L.hard_negatives_file(BACKBONE, LOSS), "meta"),
+        s(L.sts_dir, L.model_dir(BACKBONE, LOSS, FIRST_SEED)),
+    ),
     "report": (
         s(L.reports_dir),
         s(
+            L.summary_file,
             L.significance_file,
+            companion_file(L.significance_file, "meta"),
             L.eval_dir,
             L.train_metrics_dir,
             L.curves_dir,
             L.ablation_dir,
-            L.hard_negatives_file,
+            L.hard_negatives_dir,
         ),
     ),
 }

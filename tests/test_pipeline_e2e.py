@@ -20,6 +20,8 @@ import yaml
 from scipy import stats as sps
 from tiny_project import TINY_PARAMS, make_tiny_project, project_env, run
 
+from focalcse.results import read_result
+
 pytestmark = pytest.mark.slow
 
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
@@ -31,7 +33,7 @@ def project(tiny_repro: Path) -> Path:
 
 
 def _eval(project: Path, loss: str, seed: int) -> dict:
-    return json.loads((project / f"metrics/eval/tiny-{loss}-seed{seed}.json").read_text())
+    return read_result(project / f"metrics/eval/tiny-{loss}-seed{seed}.json")
 
 
 def test_outputs_have_the_expected_content(project: Path, data_mirror: Path) -> None:
@@ -45,7 +47,7 @@ def test_outputs_have_the_expected_content(project: Path, data_mirror: Path) -> 
         for seed in (1, 2):
             record = json.loads((project / f"models/tiny/{loss}/seed{seed}/focalcse.json").read_text())
             assert record["eval_pooler"] == "cls_before_pooler" and record["train_pooler"] == "cls"
-            train = json.loads((project / f"metrics/train/tiny-{loss}-seed{seed}.json").read_text())
+            train = read_result(project / f"metrics/train/tiny-{loss}-seed{seed}.json")
             assert train["steps"] == 6 and train["meta"]["loss"] == loss and train["meta"]["seed"] == seed
             dev = json.loads((project / f"metrics/curves/dev/tiny-{loss}-seed{seed}.json").read_text())
             assert [d["step"] for d in dev] == [0, 3, 6]
@@ -116,12 +118,31 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, t
         "evaluate@tiny-infonce-3",
         "evaluate@tiny-focal_infonce-3",
         "significance",
-        # depends on the whole models/ folder and on `sweep` (it reads the first seed's models)
-        "hard_negatives",
         "report",
+        # not hard_negatives: its items depend on the first seed's models only
     }
     sig = json.loads((project / "metrics/significance.json").read_text())["backbones"]["tiny"]
     assert sig["paired_seeds"] == {"focal_infonce": [1, 3]}
+    # DVC's one metrics file: short keys per backbone and loss
+    summary = json.loads((project / "metrics/summary.json").read_text())
+    assert set(summary["tiny"]) == {"infonce", "focal_infonce"}
+    assert summary["tiny"]["focal_infonce"]["p"] == pytest.approx(
+        sig["ttest"]["focal_infonce"]["avg"]["p_value"]
+    )
+    assert not (project / "models/tiny/infonce/seed2").exists()  # seed 2 left the sweep: removed
+    assert not list(project.glob("metrics/**/*seed2*.json"))
+
+    # dropping a seed: its outputs go, nothing retrains, and DVC is clean afterwards
+    params["sweep"]["seeds"] = [1]
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    proc = run(["dvc", "repro"], project, env)
+    ran = set(re.findall(r"Running stage '([^']+)'", proc.stdout))
+    assert ran == {"check", "significance", "report"}
+    assert "removed 16 output(s) of items no longer in the sweep" in proc.stdout + proc.stderr
+    assert not (project / "models/tiny/focal_infonce/seed3").exists()
+    assert not list(project.glob("metrics/**/*seed3*.json"))
+    status = run(["dvc", "status"], project, env).stdout
+    assert "up to date" in status.lower() or status.strip() == ""
 
 
 def test_failed_train_leaves_no_model_and_fixed_rerun_matches(

@@ -28,11 +28,12 @@ from focalcse.eval.hard_negatives import hardest_negatives
 from focalcse.eval.stats import holm
 from focalcse.layout import Layout, run_name
 from focalcse.report import PUBLISHED, SECTIONS, build_report, figures, labels, load_report_data, sections
-from focalcse.report.data import AblationPoint, ReportData
+from focalcse.report.data import AblationPoint, ReportData, merge_items
 from focalcse.report.figures import is_hard_negative, logit_vertex, rescaled_logit
 from focalcse.report.published import PublishedError, parse_published, published_rows
 from focalcse.report.recipe import recipe
 from focalcse.report.render import Doc, Table, to_markdown
+from focalcse.results import read_result
 from focalcse.steps import significance as significance_step
 
 REPO = Path(__file__).resolve().parents[1]
@@ -252,7 +253,20 @@ def _p(cell: str) -> tuple[float, bool]:
 
 
 def _json(path: Path):
-    return json.loads(path.read_text())
+    """A result document with its ``meta`` / ``subsets`` companions merged back (plain JSON too)."""
+    return (
+        read_result(path) if isinstance(json.loads(path.read_text()), dict) else json.loads(path.read_text())
+    )
+
+
+def _hard_negatives(metrics: Path, params: Params) -> dict | None:
+    """The hard-negative items of the sweep (one file per backbone × loss), merged in sweep order."""
+    files = [
+        metrics / "hard_negatives" / f"{b}-{loss}.json"
+        for b in params.sweep.backbones
+        for loss in params.sweep.losses
+    ]
+    return merge_items([_json(f) for f in files if f.is_file()])
 
 
 def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -> dict:
@@ -401,9 +415,8 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
             assert ("within seed noise" in paragraph) == (verdict == "not more than")
 
     # ---- hard negatives
-    hn_file = metrics / "hard_negatives.json"
-    if hn_file.is_file():
-        hn = _json(hn_file)
+    hn = _hard_negatives(metrics, params)
+    if hn is not None:
         for b, entry in hn["backbones"].items():
             t = _table(tables, f"Hardest negatives — {b}")
             losses = [k for k in entry["mean_cos"] if k != "start"]
@@ -435,7 +448,7 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
         for i in items
         if any(math.isclose(i["value"], v) for v in params.ablation_values(i["kind"]))
     ]
-    walls += [_json(hn_file)["wall_seconds"]] if hn_file.is_file() else []
+    walls += [hn["wall_seconds"]] if hn is not None else []
     m = re.search(rf"Wall time: \d+:\d\d:\d\d \(({NUM}) s\)", md)
     assert m and float(m.group(1)) == pytest.approx(sum(walls), abs=0.051)
     return tables
@@ -517,27 +530,29 @@ def write_synthetic_metrics(project: Path, params: Params) -> None:
             "cos": {"start": 0.64, "infonce": 0.55, "focal_infonce": 0.5},
         },
     ]
-    dump(
-        root / "hard_negatives.json",
-        {
-            "split": "STSBenchmark-train",
-            "max_gold": 1.0,
-            "k": 2,
-            "seed": sw.seeds[0],
-            "backbones": {
-                b: {
+    for b in sw.backbones:
+        for loss in sw.losses:
+            dump(
+                root / "hard_negatives" / f"{b}-{loss}.json",
+                {
+                    "split": "STSBenchmark-train",
+                    "max_gold": 1.0,
+                    "k": 2,
+                    "seed": sw.seeds[0],
+                    "backbone": b,
+                    "loss": loss,
                     "source": params.backbone_source(b),
                     "start_pooler": "cls_before_pooler",
+                    "model": f"models/{b}/{loss}/seed{sw.seeds[0]}",
                     "candidates": 1103,
-                    "mean_cos": {"start": 0.3, "infonce": 0.2, "focal_infonce": 0.15},
-                    "pairs": pairs,
-                }
-                for b in sw.backbones
-            },
-            "wall_seconds": 12.5,
-            "meta": meta,
-        },
-    )
+                    "mean_cos": {"start": 0.3, loss: {"infonce": 0.2, "focal_infonce": 0.15}[loss]},
+                    "pairs": [
+                        {**p, "cos": {"start": p["cos"]["start"], loss: p["cos"][loss]}} for p in pairs
+                    ],
+                    "wall_seconds": 6.25,
+                    "meta": meta,
+                },
+            )
 
 
 @pytest.fixture
@@ -1112,7 +1127,7 @@ def test_hard_negatives_match_an_independent_cls_computation(tiny_run: Path) -> 
     from transformers import AutoModel, AutoTokenizer
 
     params = load_params(tiny_run / "params.yaml")
-    hn = _json(tiny_run / "metrics/hard_negatives.json")["backbones"]["tiny"]
+    hn = _hard_negatives(tiny_run / "metrics", params)["backbones"]["tiny"]
     csv = Path(params.data.mirror) / "senteval/downstream/STS/STSBenchmark/sts-train.csv"
     rows = [line.split("\t") for line in csv.read_text(encoding="utf-8").splitlines() if line.strip()]
     gold = [float(r[4]) for r in rows]

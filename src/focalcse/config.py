@@ -69,9 +69,8 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 autocast (fp16 is refused: it needs loss scaling)
     weight_decay: float = 0.0
     log_every: int = 1
-    max_grad_norm: float = (
-        1.0  # clip the global gradient norm before every step (SimCSE/HF Trainer: 1.0); 0 = off
-    )
+    # clip the global gradient norm before every step (SimCSE / HF Trainer: 1.0); 0 = off
+    max_grad_norm: float = 1.0
     grad_cache_chunk: int = 0  # GradCache: sequences per forward (2 per sentence); 0 = one forward
     checkpoint_steps: int = 0  # resumable checkpoint every N steps; 0 = at every dev evaluation
     device: str = "cpu"

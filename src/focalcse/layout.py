@@ -15,6 +15,30 @@ from pathlib import Path
 ABLATION_KINDS = {"tau": "temperature", "m": "m"}  # ablate_<kind>: the train key each kind sweeps
 
 
+# Keys of a result document kept in companion files beside it (``<stem>.<key>.json``): the per-item
+# detail files hold the numbers, ``meta`` (provenance) and ``subsets`` (per-subset scores) sit beside
+# them, and DVC's one metrics file is the summary (``Layout.summary_file``).
+COMPANION_KEYS = ("meta", "subsets")
+
+
+def companion_file(path: str | os.PathLike, key: str) -> Path:
+    """``metrics/eval/x.json`` -> ``metrics/eval/x.<key>.json`` (``key`` in :data:`COMPANION_KEYS`)."""
+    if key not in COMPANION_KEYS:
+        raise ValueError(f"companion key {key!r}: expected one of {', '.join(COMPANION_KEYS)}")
+    path = Path(path)
+    return path.with_name(f"{path.stem}.{key}.json")
+
+
+def is_companion(path: str | os.PathLike) -> bool:
+    return any(Path(path).name.endswith(f".{key}.json") for key in COMPANION_KEYS)
+
+
+def result_files(folder: str | os.PathLike) -> list[Path]:
+    """The result documents in ``folder`` (``*.json`` without their companions), sorted."""
+    folder = Path(folder)
+    return sorted(p for p in folder.glob("*.json") if not is_companion(p)) if folder.is_dir() else []
+
+
 def safe_name(backbone: str) -> str:
     """A backbone reference as a path component (``org/name`` -> ``org__name``)."""
     return backbone.replace("/", "__")
@@ -42,9 +66,10 @@ class TrainItem:
     dev_file: Path
 
     @property
-    def json_outputs(self) -> tuple[Path, Path, Path]:
-        """The metrics and curve files (logged as MLflow artifacts next to the model)."""
-        return (self.metrics_file, self.curve_file, self.dev_file)
+    def json_outputs(self) -> tuple[Path, Path, Path, Path]:
+        """The metrics file, its provenance companion and the curve files (logged as MLflow
+        artifacts next to the model)."""
+        return (self.metrics_file, companion_file(self.metrics_file, "meta"), self.curve_file, self.dev_file)
 
 
 @dataclass(frozen=True)
@@ -106,8 +131,18 @@ class Layout:
         return self.metrics_dir / "significance.json"
 
     @property
-    def hard_negatives_file(self) -> Path:
-        return self.metrics_dir / "hard_negatives.json"
+    def summary_file(self) -> Path:
+        """DVC's one metrics file: per backbone and loss the numbers a user compares (``dvc metrics
+        show``, ``dvc exp show``); the per-item files are plain outputs."""
+        return self.metrics_dir / "summary.json"
+
+    @property
+    def hard_negatives_dir(self) -> Path:
+        return self.metrics_dir / "hard_negatives"
+
+    def hard_negatives_file(self, backbone: str, loss: str) -> Path:
+        """One ``hard_negatives`` item: the starting model and ``loss``'s first-seed model."""
+        return self.hard_negatives_dir / f"{safe_name(backbone)}-{loss}.json"
 
     def train_metrics(self, backbone: str, loss: str, seed: int) -> Path:
         return self.train_metrics_dir / f"{run_name(backbone, loss, seed)}.json"

@@ -408,7 +408,7 @@ class Checkpointer:
             }
             torch.save(state, tmp / "state.pt")
             files = {
-                name: {"size": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
+                name: {"size": (tmp / name).stat().st_size, "sha256": sha256_file(tmp / name)}
                 for name in self.FILES
             }
             (tmp / self.MANIFEST).write_text(json.dumps({"step": step, "files": files}, indent=2) + "\n")
@@ -464,7 +464,7 @@ class Checkpointer:
                     return None, f"{name} missing"
                 if path.stat().st_size != want["size"]:
                     return None, f"{name} is {path.stat().st_size} bytes, manifest says {want['size']}"
-                if _sha256(path) != want["sha256"]:
+                if sha256_file(path) != want["sha256"]:
                     return None, f"{name} sha256 does not match the manifest"
         except FileNotFoundError:
             reason = f"no {self.MANIFEST}"
@@ -497,7 +497,8 @@ class Checkpointer:
         return dest
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes (checkpoint manifests, the corpus sample in train metrics)."""
     import hashlib
 
     with open(path, "rb") as f:

@@ -105,3 +105,26 @@ def significance(
                 add_holm(entry["ttest"][loss], family, alpha)
         out["backbones"][backbone] = entry
     return out
+
+
+SUMMARY_SCORES = {"avg": "avg", "stsb": "STSBenchmark"}  # summary key -> score key (mean over seeds)
+
+
+def summary(doc: Mapping[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """DVC's metrics (``metrics/summary.json``) from a :func:`significance` document: per backbone
+    and loss the mean over seeds of ``avg`` and STS-B (``stsb``) and the std of ``avg``; for every
+    loss tested against the baseline also the raw and Holm-adjusted p-values of ``avg``. Few, short
+    keys on purpose: ``dvc exp show`` prints one column per key."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for backbone, entry in doc["backbones"].items():
+        out[backbone] = {}
+        for loss, scores in entry["losses"].items():
+            row = {k: scores[src]["mean"] for k, src in SUMMARY_SCORES.items() if src in scores}
+            if "avg" in scores:
+                row["std"] = scores["avg"]["std"]
+            test = entry["ttest"].get(loss, {}).get("avg")
+            if test is not None:
+                row["p"] = test["p_value"]
+                row["p_holm"] = test["p_holm"]
+            out[backbone][loss] = row
+    return out

@@ -35,7 +35,7 @@ from typing import Any
 from focalcse.config import Params
 from focalcse.data.tasks import TASKS
 from focalcse.errors import TrackingUnavailableError  # re-exported: importers find it here
-from focalcse.layout import Layout, run_name, safe_name, stage_name
+from focalcse.layout import COMPANION_KEYS, Layout, companion_file, run_name, safe_name, stage_name
 
 CHECK_TIMEOUT_S = 3.0
 FLUSH_SECONDS = 5.0  # buffered per-step metrics reach the store at least this often
@@ -825,7 +825,9 @@ def log_evaluation(
         tags=[RunTag(k, v) for k, v in tags.items()],
     )
     if result_file is not None and Path(result_file).is_file():
-        client.log_artifact(run_id, str(result_file), artifact_path="metrics")
+        companions = [companion_file(result_file, k) for k in COMPANION_KEYS]
+        for f in [Path(result_file), *(c for c in companions if c.is_file())]:
+            client.log_artifact(run_id, str(f), artifact_path="metrics")
     if new:
         client.set_terminated(run_id, status="FINISHED")
     print(f"MLflow run {run_id}: evaluation logged at {redact(uri)}")

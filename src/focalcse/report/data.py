@@ -1,4 +1,5 @@
-"""The pipeline outputs the report reads (every path from :class:`focalcse.layout.Layout`):
+"""The pipeline outputs the report reads (each result document with its ``meta``/``subsets``
+companions, :mod:`focalcse.results`) (every path from :class:`focalcse.layout.Layout`):
 significance, per-run evaluation and training metrics, curves, ablation items and hard negatives.
 
 An ablation table's default point (the ablation loss's effective τ or m) is not an ablation item: it is
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from focalcse.config import Params
-from focalcse.layout import ABLATION_KINDS, Layout
+from focalcse.layout import ABLATION_KINDS, Layout, result_files
+from focalcse.results import maybe_result, read_result
 
 RunKey = tuple[str, str, int]  # (backbone, loss, seed)
 
@@ -82,27 +85,23 @@ def main_run_point(evals: dict[str, Any] | None, trains: dict[str, Any] | None) 
 
 def load_report_data(params: Params, layout: Layout) -> ReportData:
     """Read every output the report uses; runs outside the current sweep are ignored."""
-    data = ReportData(significance=read_json(layout.significance_file))
+    data = ReportData(significance=read_result(layout.significance_file))
     sw = params.sweep
     for b in sw.backbones:
         for loss in sw.losses:
             for seed in sw.seeds:
                 key = (b, loss, seed)
-                ev = maybe_json(layout.eval_metrics(*key))
+                ev = maybe_result(layout.eval_metrics(*key))
                 if ev is not None:
                     data.evals[key] = ev
-                tr = maybe_json(layout.train_metrics(*key))
+                tr = maybe_result(layout.train_metrics(*key))
                 if tr is not None:
                     data.trains[key] = tr
                 lc = maybe_json(layout.loss_curve(*key))
                 dc = maybe_json(layout.dev_curve(*key))
                 if lc is not None or dc is not None:
                     data.curves[key] = (lc or [], dc or [])
-    items = (
-        [read_json(p) for p in sorted(layout.ablation_dir.glob("*.json"))]
-        if layout.ablation_dir.is_dir()
-        else []
-    )
+    items = [read_result(p) for p in result_files(layout.ablation_dir)]
     ab = params.ablation
     main = (params.ablation_backbone, ab.loss, ab.seed)
     for kind in ABLATION_KINDS:
@@ -113,7 +112,14 @@ def load_report_data(params: Params, layout: Layout) -> ReportData:
             else AblationPoint(v, _ablation_item(items, kind, v))
             for v in ablation_points(params, kind)
         ]
-    data.hard_negatives = maybe_json(layout.hard_negatives_file)
+    data.hard_negatives = merge_items(
+        [
+            hn
+            for b in sw.backbones
+            for loss in sw.losses
+            if (hn := maybe_result(layout.hard_negatives_file(b, loss))) is not None
+        ]
+    )
     return data
 
 
@@ -127,3 +133,41 @@ def _ablation_item(items: list[dict[str, Any]], kind: str, value: float) -> dict
         ),
         None,
     )
+
+
+def merge_items(items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """One document of every ``hard_negatives`` item (one per backbone × loss, each holding the
+    starting model's and its loss's cosines): per backbone the pairs with every model's cosine, the
+    mean cosines and the models; ``wall_seconds`` summed, every item's ``meta`` under ``metas``.
+    The items of one backbone must have chosen the same pairs (same starting model and params)."""
+    if not items:
+        return None
+    first = items[0]
+    out: dict[str, Any] = {k: first[k] for k in ("split", "max_gold", "k", "seed")}
+    out["backbones"], out["wall_seconds"], out["metas"] = {}, 0.0, []
+    for it in items:
+        loss, b = it["loss"], it["backbone"]
+        entry = out["backbones"].setdefault(
+            b,
+            {
+                "source": it["source"],
+                "start_pooler": it["start_pooler"],
+                "models": {"start": it["source"]},
+                "candidates": it["candidates"],
+                "mean_cos": {"start": it["mean_cos"]["start"]},
+                "pairs": [{**p, "cos": {"start": p["cos"]["start"]}} for p in it["pairs"]],
+            },
+        )
+        if [p["index"] for p in entry["pairs"]] != [p["index"] for p in it["pairs"]]:
+            raise ValueError(
+                f"hard negatives of {b}: the {loss} item chose other pairs than the first item "
+                "(rerun the hard_negatives stage: its items disagree on the starting model or params)"
+            )
+        entry["models"][loss] = it["model"]
+        entry["mean_cos"][loss] = it["mean_cos"][loss]
+        for merged, p in zip(entry["pairs"], it["pairs"]):
+            merged["cos"][loss] = p["cos"][loss]
+        out["wall_seconds"] += it.get("wall_seconds", 0.0)
+        if "meta" in it:
+            out["metas"].append(it["meta"])
+    return out

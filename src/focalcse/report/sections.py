@@ -368,7 +368,7 @@ def _metas(data: ReportData) -> list[dict[str, Any]]:
     metas = [r.get("meta", {}) for r in [*data.evals.values(), *data.trains.values()]]
     metas += [it.get("meta", {}) for it in _ablation_items(data)]
     if data.hard_negatives:
-        metas.append(data.hard_negatives.get("meta", {}))
+        metas += data.hard_negatives.get("metas", [])
     return metas
 
 
@@ -586,7 +586,9 @@ def hard_negatives(ctx: Context) -> None:
         for b in hn["backbones"]:
             ctx.doc.table(hard_negatives_table(ctx.params, hn, b))
     else:
-        ctx.doc.p("Not available: metrics/hard_negatives.json is missing (run the `hard_negatives` stage).")
+        ctx.doc.p(
+            "Not available: no metrics/hard_negatives/ item of the sweep (run the `hard_negatives` stage)."
+        )
 
 
 # The report, top to bottom.

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from focalcse.atomic import write_json
 from focalcse.config import Params
 from focalcse.layout import ABLATION_KINDS, Layout, TrainItem
 from focalcse.provenance import provenance
+from focalcse.results import write_result
 from focalcse.steps.evaluate import evaluate_model
 from focalcse.steps.train import train_item
 
@@ -74,5 +74,5 @@ def run(params: Params, layout: Layout, kind: str, value: str, progress: bool = 
             model="deleted after scoring (ablation items keep metrics only)",
         ),
     }
-    write_json(layout.ablation_metrics(kind, value), out)
+    write_result(layout.ablation_metrics(kind, value), out)
     return out

@@ -8,10 +8,20 @@ machine without a mirror stops ``dvc repro`` here, before any other stage is tou
 ``persist``-ed (DVC never deletes it) and its content is constant, so a passing check leaves the hash
 the other stages depend on unchanged: editing a ``report.*`` param reruns ``check`` (a few seconds)
 and ``report``, nothing else.
+
+After the checks pass, ``check`` also removes the outputs of items a params edit took out of the
+sweep or the ablation lists (models, their work folders, metrics and curves): DVC forgets a matrix
+item that leaves ``dvc.yaml`` but not its files, and the ``significance`` and ``report`` stages depend
+on whole ``metrics/`` folders, which must hold the current items only. The metrics files are in git
+and the models in DVC's cache, so a removed item can be brought back from there.
 """
 
 from __future__ import annotations
 
+import math
+import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 from focalcse.atomic import write_json
@@ -19,7 +29,7 @@ from focalcse.config import Params
 from focalcse.data.corpus import read_sentences, sample_sentences
 from focalcse.data.sources import corpus_path, senteval_dir
 from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
-from focalcse.layout import Layout
+from focalcse.layout import ABLATION_KINDS, COMPANION_KEYS, Layout, companion_file, safe_name
 
 # The check file's whole content: the same on every machine and for every params value.
 CHECKED = {
@@ -40,5 +50,89 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     sample_sentences(sentences, params.data.num_sentences, params.data.seed)
     root = senteval_dir(mirror)
     splits = {key: len(read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)}
+    removed = prune_stale(params, layout)
     write_json(layout.check_file, CHECKED)
-    return {"corpus_sentences": len(sentences), "sts_pairs": splits}
+    return {"corpus_sentences": len(sentences), "sts_pairs": splits, "removed": [str(p) for p in removed]}
+
+
+def expected_outputs(params: Params, layout: Layout) -> set[Path]:
+    """Every per-item output path of the current sweep and ablation lists (with companions)."""
+    sw, out = params.sweep, set()
+    for b in sw.backbones:
+        for loss in sw.losses:
+            for seed in sw.seeds:
+                it = layout.train_item(b, loss, seed)
+                out |= {it.model_dir, *it.json_outputs, layout.eval_metrics(b, loss, seed)}
+                out |= {companion_file(layout.eval_metrics(b, loss, seed), k) for k in COMPANION_KEYS}
+            hn = layout.hard_negatives_file(b, loss)
+            out |= {hn, companion_file(hn, "meta")}
+    return out
+
+
+_SEED_ENTRY = re.compile(r"^\.?seed(\d+)(\..+)?$")  # seed3, .seed3.work, .seed3.old, ...
+
+
+def _stale_models(params: Params, layout: Layout) -> list[Path]:
+    """Model folders (and their ``.seedN.*`` work / aside folders) of items outside the sweep."""
+    sw = params.sweep
+    wanted = {(safe_name(b), loss, seed) for b in sw.backbones for loss in sw.losses for seed in sw.seeds}
+    stale = []
+    for entry in sorted(layout.models_dir.glob("*/*/*")) if layout.models_dir.is_dir() else ():
+        match = _SEED_ENTRY.match(entry.name)
+        if (
+            match
+            and entry.is_dir()
+            and (entry.parent.parent.name, entry.parent.name, int(match[1])) not in wanted
+        ):
+            stale.append(entry)
+    return stale
+
+
+def _stale_ablation(params: Params, layout: Layout) -> list[Path]:
+    """Ablation files (``<kind>-<value>[.<companion>].json``) of values no longer listed."""
+    stale = []
+    for path in sorted(layout.ablation_dir.glob("*.json")) if layout.ablation_dir.is_dir() else ():
+        kind, _, rest = path.name.partition("-")
+        value = rest.split(".json")[0]
+        for key in COMPANION_KEYS:
+            value = value.removesuffix(f".{key}")
+        try:
+            listed = kind in ABLATION_KINDS and any(
+                math.isclose(float(value), v) for v in params.ablation_values(kind)
+            )
+        except ValueError:
+            listed = False
+        if not listed:
+            stale.append(path)
+    return stale
+
+
+def prune_stale(params: Params, layout: Layout) -> list[Path]:
+    """Remove the outputs of items outside the current sweep / ablation lists; returns what went.
+
+    Only files and folders named the way the stages name their outputs are touched: model folders
+    ``models/<backbone>/<loss>/seed<k>`` (and ``.seed<k>.*``), the JSON files of ``metrics/train``,
+    ``metrics/eval``, ``metrics/curves/{loss,dev}``, ``metrics/hard_negatives`` and ``metrics/ablation``.
+    """
+    expected = expected_outputs(params, layout)
+    folders = [
+        layout.train_metrics_dir,
+        layout.eval_dir,
+        layout.curves_dir / "loss",
+        layout.curves_dir / "dev",
+        layout.hard_negatives_dir,
+    ]
+    stale = [p for d in folders if d.is_dir() for p in sorted(d.glob("*.json")) if p not in expected]
+    stale += _stale_ablation(params, layout) + _stale_models(params, layout)
+    for path in stale:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for folder in {p.parent for p in stale if p.parent.parent.parent == layout.models_dir}:
+        for empty in (folder, folder.parent):  # models/<b>/<loss>, then models/<b>, once empty
+            if empty.is_dir() and not any(p for p in empty.iterdir() if p.name != ".gitignore"):
+                shutil.rmtree(empty)
+    if stale:
+        names = ", ".join(str(p) for p in stale[:6]) + (
+            f" and {len(stale) - 6} more" if len(stale) > 6 else ""
+        )
+        print(f"check: removed {len(stale)} output(s) of items no longer in the sweep: {names}")
+    return stale

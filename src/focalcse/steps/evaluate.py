@@ -7,12 +7,12 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from focalcse.atomic import write_json
 from focalcse.config import EvalConfig, Params
 from focalcse.core.model import SentenceEncoder, read_record
 from focalcse.eval.sts_eval import evaluate_sts
 from focalcse.layout import Layout
 from focalcse.provenance import provenance
+from focalcse.results import write_result
 
 SETTING = "all (STS12-16 subsets pooled); wmean under 'wmean'"
 
@@ -63,5 +63,5 @@ def evaluate_model(
         setting=SETTING,
         wall_time_s=time.perf_counter() - start,
     )
-    write_json(out_file, result)
+    write_result(out_file, result)
     return result

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 from typing import Any
 
@@ -11,10 +9,11 @@ from focalcse.atomic import write_json
 from focalcse.config import Params, TrainConfig
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.model import SentenceEncoder
-from focalcse.core.training import MetricsCallback, tokenize_corpus, train
+from focalcse.core.training import MetricsCallback, sha256_file, tokenize_corpus, train
 from focalcse.eval.sts_eval import stsb_dev_evaluator
 from focalcse.layout import Layout, TrainItem
 from focalcse.provenance import provenance
+from focalcse.results import write_result
 
 
 def run(
@@ -101,13 +100,5 @@ def train_item(
     }
     write_json(item.curve_file, result.history)
     write_json(item.dev_file, result.dev_curve)
-    write_json(item.metrics_file, metrics)
+    write_result(item.metrics_file, metrics)
     return metrics
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

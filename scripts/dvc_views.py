@@ -1,0 +1,87 @@
+"""DVC's own views of the pipeline on the tests' tiny config: ``dvc metrics show``, two experiments in
+``dvc exp show --only-changed`` (at a given terminal width), and ``dvc metrics diff`` after a params
+change. Prints each view as DVC prints it, and the widest line of ``exp show``.
+
+    FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/dvc_views.py [--columns 200] [--keep DIR]
+
+It copies the repository with the tiny params (``tests/tiny_project.py``: a random 2-layer BERT, 192
+sentences, 2 losses x 2 seeds), runs ``dvc repro``, then ``dvc exp run -S train.m=0.2`` and
+``dvc exp run -S train.temperature=0.1`` (the ablation flow's two kinds of experiment). A few
+minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from tiny_project import make_tiny_project, project_env, run, save_tiny_backbone  # noqa: E402
+
+EXPERIMENTS = (("m-0.2", "train.m=0.2"), ("tau-0.1", "train.temperature=0.1"))
+
+
+def views(dest: Path, columns: int) -> dict[str, str]:
+    """Run the tiny pipeline and two experiments in ``dest``; DVC's views as printed."""
+    env = project_env(dest, COLUMNS=str(columns), LINES="200")
+    out: dict[str, str] = {}
+    start = time.perf_counter()
+    run(["dvc", "repro"], dest, env, timeout=1800)
+    out["repro_seconds"] = f"{time.perf_counter() - start:.0f}"
+    # the baseline the experiments branch from: the repro's dvc.lock and metrics, committed
+    run(["git", "add", "-A"], dest, env)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny baseline"], dest, env)
+    out["metrics show"] = run(["dvc", "metrics", "show"], dest, env).stdout
+    for name, setting in EXPERIMENTS:
+        run(["dvc", "exp", "run", "-n", name, "-S", setting], dest, env, timeout=1800)
+    out["exp show --only-changed"] = run(
+        ["dvc", "exp", "show", "--only-changed", "--no-pager"], dest, env
+    ).stdout
+    # a params change in the workspace, then DVC's diff against the committed baseline
+    params = yaml.safe_load((dest / "params.yaml").read_text())
+    params["train"]["m"] = 0.5
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["dvc", "repro"], dest, env, timeout=1800)
+    out["metrics diff (train.m 0.3 -> 0.5)"] = run(["dvc", "metrics", "diff"], dest, env).stdout
+    out["params diff"] = run(["dvc", "params", "diff"], dest, env).stdout
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--columns", type=int, default=200, help="terminal width DVC renders for")
+    parser.add_argument("--keep", type=Path, help="build the tiny project here and keep it")
+    args = parser.parse_args()
+    mirror = os.environ.get("FOCALCSE_DATA_MIRROR")
+    if not mirror:
+        sys.exit("error: set FOCALCSE_DATA_MIRROR to the data mirror (laid out like shared/data)")
+    with tempfile.TemporaryDirectory() as tmp:
+        base = args.keep or Path(tmp)
+        base.mkdir(parents=True, exist_ok=True)
+        tiny = save_tiny_backbone(base / "tiny-backbone")
+        dest = make_tiny_project(base / "repo", Path(mirror), tiny)
+        result = views(dest, args.columns)
+    for title, text in result.items():
+        if title == "repro_seconds":
+            print(f"tiny dvc repro: {text} s")
+            continue
+        print(f"$ dvc {title}")
+        print(text.rstrip("\n"))
+        print()
+    width = max(len(line) for line in result["exp show --only-changed"].splitlines())
+    print(f"widest line of exp show --only-changed: {width} columns (terminal: {args.columns})")
+    return 0 if width <= args.columns else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
