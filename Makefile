@@ -48,6 +48,8 @@ FLOW_PARAMS ?= {}
 .PHONY: mlflow-ui prefect-server serve flow
 
 mlflow-ui: $(STAMP)
+	@echo "MLflow UI: http://127.0.0.1:$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"
+	@echo "  (MLflow 3.17 opens an experiment on its GenAI page until the sidebar's 'Model training' switch is set once; the browser remembers it)"
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow server --backend-store-uri sqlite:///mlflow.db \
 	  --artifacts-destination ./mlartifacts --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1
 

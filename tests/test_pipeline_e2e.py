@@ -125,10 +125,8 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, t
     assert sig["paired_seeds"] == {"focal_infonce": [1, 3]}
     # DVC's one metrics file: short keys per backbone and loss
     summary = json.loads((project / "metrics/summary.json").read_text())
-    assert set(summary["tiny"]) == {"infonce", "focal_infonce"}
-    assert summary["tiny"]["focal_infonce"]["p"] == pytest.approx(
-        sig["ttest"]["focal_infonce"]["avg"]["p_value"]
-    )
+    assert set(summary) == {"infonce", "focal_infonce"}  # one backbone: <loss>.<stat>
+    assert summary["focal_infonce"]["p"] == pytest.approx(sig["ttest"]["focal_infonce"]["avg"]["p_value"])
     assert not (project / "models/tiny/infonce/seed2").exists()  # seed 2 left the sweep: removed
     assert not list(project.glob("metrics/**/*seed2*.json"))
 

@@ -50,24 +50,29 @@ def test_summary_numbers_are_scipy_and_holm_of_the_runs() -> None:
     rng = np.random.default_rng(3)
     runs = [_run(loss, s, rng) for loss in ("infonce", "focal_infonce") for s in (1, 2, 3)]
     doc = significance(runs, ["b"], ["infonce", "focal_infonce"], [1, 2, 3], TASKS, "infonce", 0.05)
-    out = summary(doc)
-    assert set(out) == {"b"} and set(out["b"]) == {"infonce", "focal_infonce"}
+    out = summary(doc)  # one backbone: keyed <loss>.<stat>
+    assert set(out) == {"infonce", "focal_infonce"}
     base = [r for r in runs if r["meta"]["loss"] == "infonce"]
     treat = [r for r in runs if r["meta"]["loss"] == "focal_infonce"]
-    assert set(out["b"]["infonce"]) == {"avg", "stsb", "std"}  # the baseline has no test
-    assert out["b"]["infonce"]["avg"] == pytest.approx(np.mean([r["avg"] for r in base]))
-    assert out["b"]["focal_infonce"]["std"] == pytest.approx(np.std([r["avg"] for r in treat], ddof=1))
-    assert out["b"]["focal_infonce"]["stsb"] == pytest.approx(np.mean([r["STSBenchmark"] for r in treat]))
+    assert set(out["infonce"]) == {"avg", "std"}  # the baseline has no test
+    assert out["infonce"]["avg"] == pytest.approx(np.mean([r["avg"] for r in base]))
+    assert out["focal_infonce"]["std"] == pytest.approx(np.std([r["avg"] for r in treat], ddof=1))
     ps = [sps.ttest_rel([r[k] for r in treat], [r[k] for r in base]).pvalue for k in [*TASKS, "avg"]]
-    assert out["b"]["focal_infonce"]["p"] == pytest.approx(ps[-1])
+    assert out["focal_infonce"]["p"] == pytest.approx(ps[-1])
     # Holm over the family (7 tasks + avg), by hand: sorted p_(i) * (m - i), running max, cap 1
     order = np.argsort(ps)
     adjusted, running = np.empty(len(ps)), 0.0
     for i, j in enumerate(order):
         running = max(running, (len(ps) - i) * ps[j])
         adjusted[j] = min(1.0, running)
-    assert out["b"]["focal_infonce"]["p_holm"] == pytest.approx(adjusted[-1])
+    assert out["focal_infonce"]["p_holm"] == pytest.approx(adjusted[-1])
     assert holm(ps)[-1] == pytest.approx(adjusted[-1])
+    # several backbones: <backbone>.<loss>.<stat>
+    other = [{**r, "meta": {**r["meta"], "backbone": "c"}} for r in runs]
+    both = significance(
+        runs + other, ["b", "c"], ["infonce", "focal_infonce"], [1, 2, 3], TASKS, "infonce", 0.05
+    )
+    assert summary(both) == {"b": out, "c": out}
 
 
 def _params(tmp_path: Path, seeds: list[int], temperatures: list[float]):

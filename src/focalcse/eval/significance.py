@@ -107,24 +107,26 @@ def significance(
     return out
 
 
-SUMMARY_SCORES = {"avg": "avg", "stsb": "STSBenchmark"}  # summary key -> score key (mean over seeds)
+def summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """DVC's metrics (``metrics/summary.json``) from a :func:`significance` document: per loss the
+    mean (``avg``) and std (``std``) over seeds of the 7-task average, and for every loss tested
+    against the baseline the raw (``p``) and Holm-adjusted (``p_holm``) p-values of that average.
 
-
-def summary(doc: Mapping[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
-    """DVC's metrics (``metrics/summary.json``) from a :func:`significance` document: per backbone
-    and loss the mean over seeds of ``avg`` and STS-B (``stsb``) and the std of ``avg``; for every
-    loss tested against the baseline also the raw and Holm-adjusted p-values of ``avg``. Few, short
-    keys on purpose: ``dvc exp show`` prints one column per key."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    ``dvc exp show`` prints one column per key with the whole key path as its header, so the keys
+    are few and short: ``<loss>.<stat>`` when the sweep has one backbone (its name is in the
+    companion ``meta``), ``<backbone>.<loss>.<stat>`` with several. The per-task scores, STS-B and
+    the rest stay in ``significance.json`` and the per-item files."""
+    out: dict[str, Any] = {}
     for backbone, entry in doc["backbones"].items():
-        out[backbone] = {}
+        rows: dict[str, dict[str, float]] = {}
         for loss, scores in entry["losses"].items():
-            row = {k: scores[src]["mean"] for k, src in SUMMARY_SCORES.items() if src in scores}
-            if "avg" in scores:
-                row["std"] = scores["avg"]["std"]
+            if "avg" not in scores:
+                continue
+            row = {"avg": scores["avg"]["mean"], "std": scores["avg"]["std"]}
             test = entry["ttest"].get(loss, {}).get("avg")
             if test is not None:
                 row["p"] = test["p_value"]
                 row["p_holm"] = test["p_holm"]
-            out[backbone][loss] = row
-    return out
+            rows[loss] = row
+        out[backbone] = rows
+    return next(iter(out.values())) if len(out) == 1 else out
