@@ -45,7 +45,11 @@ PREFECT_API ?= http://127.0.0.1:$(PREFECT_PORT)/api
 # `make serve SERVE_ARGS='--cron "0 3 * * *" --param-set paper'`; `make flow` triggers a reproduce run
 # now, parameters as JSON: make flow FLOW_PARAMS='{"concurrency": 4}' FLOW_ARGS=--watch
 FLOW_PARAMS ?= {}
-.PHONY: mlflow-ui prefect-server serve flow
+.PHONY: mlflow-ui prefect-server serve flow exp-show
+
+# DVC experiments side by side: changed metrics and params (dependency-hash columns, named by paths, dropped)
+exp-show: $(STAMP)
+	$(VENV)/bin/dvc exp show --only-changed --drop '.*/.*'
 
 mlflow-ui: $(STAMP)
 	@echo "MLflow UI: http://127.0.0.1:$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"

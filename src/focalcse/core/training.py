@@ -489,7 +489,9 @@ class Checkpointer:
 
     @staticmethod
     def _move_aside(folder: Path) -> Path:
-        """Rename ``folder`` to the first free ``<name>.corrupt-<n>`` beside it (kept for inspection)."""
+        """Rename ``folder`` to the first free ``<name>.corrupt-<n>`` beside it: out of the way of the
+        fallback, kept for inspection while the item runs (it goes with the work folder when the item
+        finishes; a failed or killed rerun leaves it there)."""
         n = 1
         while (dest := folder.with_name(f"{folder.name}.corrupt-{n}")).exists():
             n += 1
