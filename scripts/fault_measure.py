@@ -1,0 +1,723 @@
+"""Measure two fault scenarios on a real train item (all-MiniLM-L6-v2, infonce, seed 1) for a closing note.
+
+Usage (the real measurement: 48 steps of 64 sentences, a dev evaluation and a checkpoint every 16)::
+
+    FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/fault_measure.py \\
+        --steps 48 --every 16 --out-json fault_measure.json
+
+A quick end-to-end check of the script itself (8 steps, every 2)::
+
+    FOCALCSE_DATA_MIRROR=../shared/data nice -n 19 .venv/bin/python scripts/fault_measure.py \\
+        --steps 8 --every 2 --threads 1
+
+Options: ``--steps N`` (default 48; ``data.num_sentences`` = 64 x N), ``--every K`` (default 16:
+``train.eval_steps`` and ``train.checkpoint_steps``; ``--steps`` must exceed 2K), ``--kill-after S``
+(server-down scenario: seconds after the stage starts; default 30% of the baseline's wall time),
+``--keep DIR`` (work in DIR, kept afterwards; default a temp folder, removed), ``--out-json FILE``,
+``--threads N`` (OMP/MKL threads of the stages; default: inherited), ``--timeout S`` (per stage run).
+
+What it does, in a throw-away copy of the working tree (the files ``git ls-files --cached --others
+--exclude-standard`` lists, without data/models/metrics/reports) with ``params.yaml`` = the repo's
+but ``data.num_sentences``, ``data.mirror``, ``train.eval_steps``/``checkpoint_steps`` and a sweep of
+the one item (``ablation.loss`` and ``ablation.seed`` follow it, as the config requires); the
+stages import the copy's ``src`` (``PYTHONPATH``). ``check``, ``sample`` and ``prepare_sts`` run
+first. A real ``mlflow server`` (127.0.0.1, a free port, sqlite store and artifacts in the work
+folder) is started, and always stopped (its process group) at the end.
+
+1. Server down. (a) Baseline ``python stages/train.py all-MiniLM-L6-v2 infonce 1`` with the server
+   up: wall time, the model folder's digest (sha256 over sorted relative paths and contents, as
+   ``focalcse.ops.tracking.folder_fingerprint``), the ``loss`` steps MLflow holds. (b) Outputs
+   removed, the same command again, the server SIGKILLed ``--kill-after`` seconds in (not before the
+   stage has journaled its first step); training finishes; the server is restarted on the same store
+   and port and ``focalcse tracking sync`` run; MLflow's runs of the item and their ``loss`` / ``lr``
+   / ``grad_norm`` steps (must be 1..N, each once), the wall-time ratio (b)/(a), digest equal to (a).
+2. Corrupt checkpoint. Outputs removed, the command run with the server up and SIGKILLed (its
+   process group) once ``last/`` holds the step-2K checkpoint (``previous/`` step K); half of
+   ``last/model.safetensors`` is cut off and the command rerun: the one-line moved-aside message, the
+   step it resumed from, the final digest against (a), the MLflow steps of the (resumed) run.
+
+Prints a Markdown summary; ``--out-json`` gets every figure (plus the CPU model and the repo's commit).
+Exits 1 when a check fails (steps missing or doubled, digests differ, no fallback message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from tiny_project import SKIP, _tracked_files  # noqa: E402 - the tests' copy of the repo
+
+BACKBONE, LOSS, SEED = "all-MiniLM-L6-v2", "infonce", 1
+ITEM = f"{BACKBONE}-{LOSS}-seed{SEED}"  # focalcse.layout.run_name
+STAGE = f"train@{BACKBONE}-{LOSS}-{SEED}"  # focalcse.layout.stage_name
+TRAIN_CMD = ["stages/train.py", BACKBONE, LOSS, str(SEED)]
+BATCH = 64
+STEP_KEYS = ("loss", "lr", "grad_norm")
+
+
+# ---------------------------------------------------------------- small helpers
+def fail(msg: str) -> None:
+    sys.exit(f"fault_measure: {msg}")
+
+
+def folder_digest(folder: Path) -> str | None:
+    """sha256 over every file's relative path and bytes, in sorted path order (None: no folder)."""
+    if not folder.is_dir():
+        return None
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    return "unknown"
+
+
+def repo_commit() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+
+    try:
+        dirty = [line[3:] for line in git("status", "--porcelain").splitlines() if line.strip()]
+        return {"commit": git("rev-parse", "HEAD").strip(), "dirty_files": dirty}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "dirty_files": []}
+
+
+def kill_group(proc: subprocess.Popen | None) -> None:
+    """SIGKILL ``proc``'s process group (it was started in its own session) and reap it."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+
+
+# ---------------------------------------------------------------- the project copy
+def make_project(dest: Path, steps: int, every: int, mirror: str) -> dict[str, Any]:
+    """Copy the working tree to ``dest`` and write its params.yaml; returns the params written."""
+    for rel in _tracked_files():
+        if rel.split("/")[0] in SKIP:
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, target)
+    (dest / "dvc.lock").unlink(missing_ok=True)  # never used: the stages run directly, not via DVC
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["data"] = {**params["data"], "num_sentences": BATCH * steps, "mirror": mirror}
+    params["train"] = {**params["train"], "eval_steps": every, "checkpoint_steps": every}
+    params["sweep"] = {"backbones": [BACKBONE], "losses": [LOSS], "seeds": [SEED]}
+    # the ablation's loss and seed must be in the sweep (validated on load); it never runs here
+    params["ablation"] = {**params["ablation"], "loss": LOSS, "backbone": "", "seed": SEED}
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return params
+
+
+def stage_env(project: Path, mirror: str, uri: str, threads: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("DVC_ROOT", "DVC_STAGE", "DVC_EXP_NAME", "FOCALCSE_PARAMS", "FOCALCSE_TRACKING"):
+        env.pop(key, None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(project / "src")  # the copy's code, ahead of the editable install
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "DVC_NO_ANALYTICS": "1",
+            "FOCALCSE_DATA_MIRROR": mirror,
+            "MLFLOW_TRACKING_URI": uri,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_checked(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+# ---------------------------------------------------------------- the MLflow server
+class Server:
+    """``mlflow server`` on 127.0.0.1 in its own process group (stopped with SIGKILL by its id)."""
+
+    def __init__(self, folder: Path, port: int) -> None:
+        self.folder, self.port = folder, port
+        self.uri = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def start(self, timeout: float = 120) -> float:
+        """Start and wait for ``/health``; returns the seconds it took."""
+        cmd = [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{self.folder / 'mlflow.db'}",
+            "--artifacts-destination",
+            (self.folder / "artifacts").as_uri(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        env.pop("MLFLOW_TRACKING_URI", None)
+        self.starts += 1
+        log = open(self.folder / f"server-{self.starts}.log", "wb")  # noqa: SIM115 - the child holds it
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - t0
+            except OSError:
+                time.sleep(0.3)
+        self.kill()
+        tail = (self.folder / f"server-{self.starts}.log").read_text(errors="replace")[-2000:]
+        fail(f"mlflow server did not answer /health on port {self.port}:\n{tail}")
+        return 0.0  # unreachable
+
+    def kill(self) -> None:
+        kill_group(self.proc)
+        self.proc = None
+
+
+# ---------------------------------------------------------------- one train run
+class Item:
+    """The train item's files in the copy, and runs of its stage."""
+
+    def __init__(self, project: Path, env: dict[str, str], timeout: float) -> None:
+        self.project, self.env, self.timeout = project, env, timeout
+        self.model_dir = project / "models" / BACKBONE / LOSS / f"seed{SEED}"
+        self.work = self.model_dir.parent / f".{self.model_dir.name}.work"
+        self.metrics_file = project / "metrics" / "train" / f"{ITEM}.json"
+        self.queue = project / ".focalcse" / "tracking-queue"
+        self.logs = project.parent / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.n = 0
+        self.proc: subprocess.Popen | None = None
+
+    def clean(self) -> None:
+        """Remove the model folder, its metrics / curve files (and companions) and the work folder."""
+        shutil.rmtree(self.model_dir, ignore_errors=True)
+        shutil.rmtree(self.work, ignore_errors=True)
+        for folder in (self.project / "metrics" / "train", *(self.project / "metrics" / "curves").glob("*")):
+            for f in folder.glob(f"{ITEM}*.json") if folder.is_dir() else ():
+                f.unlink()
+        for old in self.model_dir.parent.glob(f".{self.model_dir.name}.*"):  # .seed1.old etc.
+            shutil.rmtree(old, ignore_errors=True)
+
+    def start(self, label: str) -> tuple[subprocess.Popen, Path, Path, float]:
+        self.n += 1
+        out = self.logs / f"{self.n}-{label}.out"
+        err = self.logs / f"{self.n}-{label}.err"
+        with open(out, "w") as fo, open(err, "w") as fe:
+            t0 = time.perf_counter()
+            self.proc = subprocess.Popen(
+                [sys.executable, *TRAIN_CMD],
+                cwd=self.project,
+                env=self.env,
+                stdout=fo,
+                stderr=fe,
+                start_new_session=True,  # its own group: a SIGKILL reaches every child
+            )
+        return self.proc, out, err, t0
+
+    def wait(self, proc: subprocess.Popen, t0: float) -> float:
+        try:
+            proc.wait(timeout=max(1.0, self.timeout - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            fail(f"{' '.join(TRAIN_CMD)} ran past {self.timeout:.0f} s")
+        return time.perf_counter() - t0
+
+    def run(self, label: str) -> dict[str, Any]:
+        """Run the stage to the end; wall seconds, output, the metrics the stage wrote."""
+        proc, out, err, t0 = self.start(label)
+        wall = self.wait(proc, t0)
+        res = self.result(proc, out, err, wall)
+        if proc.returncode != 0:
+            fail(f"{label}: the train stage exited {proc.returncode}:\n{res['stderr'][-3000:]}")
+        return res
+
+    def result(self, proc: subprocess.Popen, out: Path, err: Path, wall: float) -> dict[str, Any]:
+        stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+        metrics = json.loads(self.metrics_file.read_text()) if self.metrics_file.is_file() else {}
+        return {
+            "returncode": proc.returncode,
+            "wall_seconds": round(wall, 2),
+            "train_seconds": metrics.get("train_seconds"),
+            "stage_wall_seconds": metrics.get("wall_seconds"),
+            "steps": metrics.get("steps"),
+            "best_step": metrics.get("best_step"),
+            "stsb_dev_best": metrics.get("stsb_dev_best"),
+            "model_digest": folder_digest(self.model_dir),
+            "run_id": run_id_of(stdout),
+            "stdout": stdout,
+            "stderr": stderr,
+        }
+
+    def journaled_step(self, pid: int) -> int:
+        """The highest step whose ``loss`` stage process ``pid`` has written to its local queue
+        (the queue file whose header names ``pid``)."""
+        best = 0
+        for path in self.queue.glob("*.jsonl") if self.queue.is_dir() else ():
+            lines: list[str] = []
+            with contextlib.suppress(OSError):
+                lines = path.read_text(errors="replace").splitlines()
+            records = []
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    records.append(json.loads(line))
+            if not records or records[0].get("t") != "run" or records[0].get("pid") != pid:
+                continue
+            for r in records[1:]:
+                if r.get("t") == "m" and r.get("k") == "loss":
+                    best = max(best, int(r["s"]))
+        return best
+
+    def checkpoint_step(self, name: str) -> int | None:
+        """The step of ``work/<name>`` per its manifest (written last, so the checkpoint is whole)."""
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            return int(json.loads((self.work / name / "manifest.json").read_text())["step"])
+        return None
+
+
+def run_id_of(stdout: str) -> str | None:
+    m = re.search(r"^MLflow run (\w+) (?:in experiment|resumed)", stdout, re.M)
+    return m.group(1) if m else None
+
+
+def mlflow_lines(*texts: str) -> list[str]:
+    """Lines naming MLflow (tqdm's carriage-return redraws split into their own pieces)."""
+    out = []
+    for text in texts:
+        for line in re.split(r"[\r\n]+", text):
+            if "mlflow" in line.lower() and line.strip():
+                out.append(line.strip())
+    return out
+
+
+# ---------------------------------------------------------------- MLflow queries
+def item_runs(uri: str, experiment: str) -> list[dict[str, Any]]:
+    """Every run of the item (tag ``dvc_stage``), oldest first, with its per-step metric steps."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"tags.dvc_stage = '{STAGE}'",
+        order_by=["attributes.start_time ASC"],
+    )
+    out = []
+    for r in runs:
+        steps = {
+            k: sorted(int(m.step) for m in client.get_metric_history(r.info.run_id, k)) for k in STEP_KEYS
+        }
+        out.append(
+            {
+                "run_id": r.info.run_id,
+                "status": r.info.status,
+                "steps": steps,
+                "model_sha256": r.data.tags.get("model_sha256"),
+                "artifacts": sorted(a.path for a in client.list_artifacts(r.info.run_id)),
+            }
+        )
+    return out
+
+
+def steps_ok(run: dict[str, Any] | None, n: int) -> bool:
+    return run is not None and all(run["steps"][k] == list(range(1, n + 1)) for k in STEP_KEYS)
+
+
+def step_summary(steps: list[int], n: int) -> str:
+    """``1..48 once`` or what is wrong (missing / doubled steps)."""
+    want = set(range(1, n + 1))
+    missing = sorted(want - set(steps))
+    doubled = sorted({s for s in steps if steps.count(s) > 1})
+    extra = sorted(set(steps) - want)
+    if not (missing or doubled or extra):
+        return f"1..{n} once"
+    parts = [f"{len(steps)} points"]
+    if missing:
+        parts.append(f"missing {missing[:10]}{'...' if len(missing) > 10 else ''}")
+    if doubled:
+        parts.append(f"doubled {doubled[:10]}")
+    if extra:
+        parts.append(f"unexpected {extra[:10]}")
+    return ", ".join(parts)
+
+
+def by_id(runs: list[dict[str, Any]], run_id: str | None) -> dict[str, Any] | None:
+    return next((r for r in runs if r["run_id"] == run_id), None)
+
+
+# ---------------------------------------------------------------- the scenarios
+def server_down(
+    item: Item, server: Server, experiment: str, steps: int, kill_after: float | None
+) -> dict[str, Any]:
+    print("## server down: (a) baseline", flush=True)
+    item.clean()
+    base = item.run("baseline")
+    runs = item_runs(server.uri, experiment)
+    base_run = by_id(runs, base["run_id"])
+    base["mlflow_loss_steps"] = len(base_run["steps"]["loss"]) if base_run else None
+    base["mlflow_status"] = base_run["status"] if base_run else None
+    print(f"   wall {base['wall_seconds']} s, MLflow loss steps {base['mlflow_loss_steps']}", flush=True)
+
+    print("## server down: (b) server SIGKILLed mid-training", flush=True)
+    item.clean()
+    planned = kill_after if kill_after is not None else 0.3 * base["wall_seconds"]
+    proc, out, err, t0 = item.start("server-down")
+    while time.perf_counter() - t0 < planned and proc.poll() is None:
+        time.sleep(0.05)
+    waited_for_step = False
+    while item.journaled_step(proc.pid) < 1 and proc.poll() is None:  # not before the run exists and trains
+        waited_for_step = True
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        fail(f"the stage ended ({proc.returncode}) before the server was killed; lower --kill-after")
+    killed_at = time.perf_counter() - t0
+    killed_step = item.journaled_step(proc.pid)
+    server.kill()
+    print(f"   server killed at {killed_at:.1f} s (step {killed_step} journaled)", flush=True)
+    wall = item.wait(proc, t0)
+    down = item.result(proc, out, err, wall)
+    if proc.returncode != 0:
+        fail(f"the stage failed with the server down ({proc.returncode}):\n{down['stderr'][-3000:]}")
+    queued = sorted(p.name for p in item.queue.glob("*.jsonl"))
+
+    restart_s = server.start()
+    before = by_id(item_runs(server.uri, experiment), down["run_id"])  # what arrived live
+    sync_cmd = [str(REPO / ".venv" / "bin" / "focalcse"), "tracking", "sync"]
+    if not Path(sync_cmd[0]).is_file():
+        sync_cmd = [sys.executable, "-m", "focalcse.cli", "tracking", "sync"]
+    sync = subprocess.run(
+        sync_cmd, cwd=item.project, env=item.env, capture_output=True, text=True, timeout=600
+    )
+    sync_lines = [ln for ln in sync.stdout.splitlines() if ln.startswith("tracking sync:")]
+    runs = item_runs(server.uri, experiment)
+    after = by_id(runs, down["run_id"])
+    ratio = down["wall_seconds"] / base["wall_seconds"]
+    train_ratio = (
+        down["train_seconds"] / base["train_seconds"]
+        if down["train_seconds"] and base["train_seconds"]
+        else None
+    )
+    return {
+        "baseline": _public(base),
+        "down": {
+            **_public(down),
+            "kill_after_planned_s": round(planned, 2),
+            "killed_at_s": round(killed_at, 2),
+            "killed_at_step": killed_step,
+            "waited_for_first_step": waited_for_step,
+            "mlflow_lines": mlflow_lines(down["stdout"], down["stderr"]),
+            "queue_files_after_stage": queued,
+            "server_restart_s": round(restart_s, 2),
+            "live_steps_before_sync": {k: len(before["steps"][k]) for k in STEP_KEYS} if before else None,
+            "sync_returncode": sync.returncode,
+            "sync_summary": sync_lines[-1] if sync_lines else (sync.stdout + sync.stderr)[-500:],
+            "queue_files_after_sync": sorted(p.name for p in item.queue.glob("*.jsonl")),
+            "run_after_sync": after,
+            "steps_after_sync": {k: step_summary(after["steps"][k], steps) for k in STEP_KEYS}
+            if after
+            else None,
+        },
+        "runs_of_item": [{k: r[k] for k in ("run_id", "status")} for r in runs],
+        "runs_of_item_b": sum(r["run_id"] == down["run_id"] for r in runs),
+        "wall_ratio": round(ratio, 3),
+        # "finishes within 10% of its normal wall time": no more than 10% slower (it is usually faster:
+        # the model upload at the end waits for the sync)
+        "within_10pct": ratio <= 1.10,
+        "train_seconds_ratio": round(train_ratio, 3) if train_ratio else None,
+        "steps_ok": steps_ok(after, steps),
+        "run_finished": bool(after and after["status"] == "FINISHED"),
+        "digest_equal": down["model_digest"] == base["model_digest"] and base["model_digest"] is not None,
+    }
+
+
+def corrupt_checkpoint(
+    item: Item, server: Server, experiment: str, steps: int, every: int, base_digest: str | None
+) -> dict[str, Any]:
+    print(f"## corrupt checkpoint: kill at the step-{2 * every} checkpoint, truncate it, rerun", flush=True)
+    item.clean()
+    for path in item.queue.glob("*.jsonl"):  # nothing of the earlier scenario may reach this run
+        path.unlink()
+    proc, out, err, t0 = item.start("kill-at-checkpoint")
+    target = 2 * every
+    while proc.poll() is None:
+        if item.checkpoint_step("last") == target and item.checkpoint_step("previous") == every:
+            break
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        fail(f"the stage ended ({proc.returncode}) before its step-{target} checkpoint")
+    kill_group(proc)
+    killed_at = time.perf_counter() - t0
+    last, previous = item.checkpoint_step("last"), item.checkpoint_step("previous")
+    killed_run = run_id_of(out.read_text(errors="replace"))
+    model = item.work / "last" / "model.safetensors"
+    size = model.stat().st_size
+    os.truncate(model, size // 2)
+    print(
+        f"   killed at {killed_at:.1f} s: last = step {last}, previous = step {previous}; "
+        f"model.safetensors {size} -> {size // 2} bytes",
+        flush=True,
+    )
+
+    rerun = item.run("after-corruption")
+    text = rerun["stdout"] + "\n" + rerun["stderr"]
+    pieces = [p.strip() for p in re.split(r"[\r\n]+", text) if p.strip()]
+    moved = [p for p in pieces if "moved aside" in p]
+    resumed = [p for p in pieces if p.startswith("resuming ")]
+    m = re.search(r"from step (\d+)", resumed[0]) if resumed else None
+    runs = item_runs(server.uri, experiment)
+    run = by_id(runs, rerun["run_id"])
+    return {
+        "killed_at_s": round(killed_at, 2),
+        "last_step_at_kill": last,
+        "previous_step_at_kill": previous,
+        "model_safetensors_bytes": size,
+        "truncated_to_bytes": size // 2,
+        "rerun": _public(rerun),
+        "messages": moved,
+        "message_count": len(moved),
+        "resume_line": resumed[0] if resumed else None,
+        "fell_back_to_step": int(m.group(1)) if m else None,
+        "same_mlflow_run": killed_run is not None and killed_run == rerun["run_id"],
+        "mlflow_resumed_line": next((ln for ln in mlflow_lines(rerun["stdout"]) if "resumed" in ln), None),
+        "run": run,
+        "steps": {k: step_summary(run["steps"][k], steps) for k in STEP_KEYS} if run else None,
+        "steps_ok": steps_ok(run, steps),
+        "runs_of_item": [{k: r[k] for k in ("run_id", "status")} for r in runs],
+        "digest_equal": rerun["model_digest"] == base_digest and base_digest is not None,
+        "work_folder_left": item.work.exists(),
+    }
+
+
+def _public(res: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in res.items() if k not in ("stdout", "stderr")}
+
+
+# ---------------------------------------------------------------- the report
+def markdown(r: dict[str, Any]) -> str:
+    sd, cc = r["server_down"], r["corrupt_checkpoint"]
+    a, b = sd["baseline"], sd["down"]
+    yes = {True: "yes", False: "**no**"}
+    lines = [
+        f"# Fault measurements: {ITEM}, {r['steps']} steps of {BATCH}, eval/checkpoint every {r['every']}",
+        "",
+        f"CPU: {r['cpu_model']}; repo commit {r['git']['commit']}"
+        + (
+            f" ({len(r['git']['dirty_files'])} changed files in the working tree)"
+            if r["git"]["dirty_files"]
+            else ""
+        ),
+        f"threads: {r['threads'] or 'inherited'}; precision {r['precision']}; MLflow server {r['server_uri']}",
+        "",
+        "## Server down mid-item",
+        "",
+        "| | wall s | in-stage s | train s | loss steps in MLflow | model digest |",
+        "|---|---:|---:|---:|---:|---|",
+        f"| (a) baseline | {a['wall_seconds']} | {_f(a['stage_wall_seconds'])} | {_f(a['train_seconds'])} | "
+        f"{a['mlflow_loss_steps']} | `{(a['model_digest'] or '-')[:16]}` |",
+        f"| (b) server killed at {b['killed_at_s']} s (step {b['killed_at_step']}) | {b['wall_seconds']} | "
+        f"{_f(b['stage_wall_seconds'])} | {_f(b['train_seconds'])} | "
+        f"{len(b['run_after_sync']['steps']['loss']) if b['run_after_sync'] else '-'} after sync | "
+        f"`{(b['model_digest'] or '-')[:16]}` |",
+        "",
+        f"- wall ratio (b)/(a): {sd['wall_ratio']} (at most 10% slower: {yes[sd['within_10pct']]}); "
+        f"train-seconds ratio: {sd['train_seconds_ratio']}",
+        "- stage lines naming MLflow: " + "; ".join(f"`{ln}`" for ln in b["mlflow_lines"]),
+        f"- live before sync: {b['live_steps_before_sync']}; sync: `{b['sync_summary']}` (exit {b['sync_returncode']})",
+        f"- after sync: {b['steps_after_sync']}; every step once: {yes[sd['steps_ok']]}; "
+        f"run status {b['run_after_sync']['status'] if b['run_after_sync'] else '-'}",
+        f"- runs of the item in MLflow: {len(sd['runs_of_item'])} "
+        f"({', '.join(x['status'] for x in sd['runs_of_item'])}; the baseline's and (b)'s); (b) has {sd['runs_of_item_b']} run",
+        f"- model digest equal to (a): {yes[sd['digest_equal']]}",
+        "",
+        "## Corrupt newest checkpoint",
+        "",
+        f"- killed at {cc['killed_at_s']} s with last = step {cc['last_step_at_kill']}, previous = step "
+        f"{cc['previous_step_at_kill']}; last/model.safetensors cut from {cc['model_safetensors_bytes']} to "
+        f"{cc['truncated_to_bytes']} bytes",
+        f"- message ({cc['message_count']}): " + "; ".join(f"`{m}`" for m in cc["messages"]),
+        f"- resumed: `{cc['resume_line']}` -> fell back to step {cc['fell_back_to_step']}",
+        f"- rerun wall {cc['rerun']['wall_seconds']} s; same MLflow run: {yes[cc['same_mlflow_run']]}; "
+        f"steps {cc['steps']}; every step once: {yes[cc['steps_ok']]}",
+        f"- final model digest equal to (a): {yes[cc['digest_equal']]}",
+        "",
+        f"Checks: {'all passed' if r['ok'] else 'FAILED: ' + ', '.join(r['failed'])}",
+    ]
+    return "\n".join(lines)
+
+
+def _f(x: Any) -> str:
+    return f"{x:.1f}" if isinstance(x, (int, float)) else "-"
+
+
+def checks_of(sd: dict[str, Any], cc: dict[str, Any], every: int) -> dict[str, bool]:
+    """What must hold (the wall-time ratio is reported, not checked: it depends on the machine)."""
+    down, after = sd["down"], sd["down"]["run_after_sync"] or {}
+    return {
+        "server_down.steps_ok": sd["steps_ok"],
+        "server_down.run_finished": sd["run_finished"],
+        "server_down.one_run": sd["runs_of_item_b"] == 1,
+        "server_down.one_unreachable_notice": sum("MLflow unreachable" in ln for ln in down["mlflow_lines"])
+        == 1,
+        "server_down.sync_ok": down["sync_returncode"] == 0 and not down["queue_files_after_sync"],
+        "server_down.model_tag": after.get("model_sha256") == down["model_digest"],
+        "server_down.model_logged": "model" in after.get("artifacts", []),
+        "server_down.digest_equal": sd["digest_equal"],
+        "corrupt.checkpoints_at_kill": (cc["last_step_at_kill"], cc["previous_step_at_kill"])
+        == (2 * every, every),
+        "corrupt.message": cc["message_count"] == 1,
+        "corrupt.fell_back_to_every": cc["fell_back_to_step"] == every,
+        "corrupt.same_run": cc["same_mlflow_run"],
+        "corrupt.steps_ok": cc["steps_ok"],
+        "corrupt.digest_equal": cc["digest_equal"],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=48, help="training steps (64 sentences each); default 48")
+    ap.add_argument("--every", type=int, default=16, help="eval_steps = checkpoint_steps; default 16")
+    ap.add_argument(
+        "--kill-after", type=float, default=None, help="seconds; default 30%% of the baseline wall"
+    )
+    ap.add_argument(
+        "--keep", type=Path, default=None, help="work folder, kept (default: a temp folder, removed)"
+    )
+    ap.add_argument("--out-json", type=Path, default=None, help="write every figure here")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="OMP/MKL threads of the stages (default inherited)"
+    )
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per stage run (default 3600)")
+    args = ap.parse_args()
+    mirror = os.environ.get("FOCALCSE_DATA_MIRROR", "").strip()
+    if not mirror:
+        fail("FOCALCSE_DATA_MIRROR is not set (the data mirror folder, e.g. ../shared/data)")
+    if not Path(mirror).is_dir():
+        fail(f"FOCALCSE_DATA_MIRROR={mirror}: no such folder")
+    mirror = str(Path(mirror).resolve())
+    if args.every < 1 or args.steps <= 2 * args.every:
+        fail(
+            f"--steps ({args.steps}) must exceed 2 x --every ({args.every}): the corrupt scenario kills at step 2K"
+        )
+
+    if args.keep is not None:
+        root = args.keep.resolve()
+        if root.exists() and any(root.iterdir()):
+            fail(f"--keep {root}: the folder is not empty")
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        root = Path(tempfile.mkdtemp(prefix="fault-measure-"))
+    project = root / "repo"
+    server = Server(root / "mlflow", free_port())
+    item: Item | None = None
+    try:
+        params = make_project(project, args.steps, args.every, mirror)
+        experiment = params["tracking"]["experiment"]
+        env = stage_env(project, mirror, server.uri, args.threads)
+        print(f"project copy in {project}", flush=True)
+        for stage in ("check", "sample", "prepare_sts"):
+            print(
+                f"   {run_checked([sys.executable, f'stages/{stage}.py'], project, env, args.timeout).strip()[-200:]}"
+            )
+        startup = server.start()
+        print(f"mlflow server at {server.uri} (up in {startup:.1f} s)", flush=True)
+        item = Item(project, env, args.timeout)
+        sd = server_down(item, server, experiment, args.steps, args.kill_after)
+        cc = corrupt_checkpoint(
+            item, server, experiment, args.steps, args.every, sd["baseline"]["model_digest"]
+        )
+    finally:
+        if item is not None:
+            kill_group(item.proc)
+        server.kill()
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+    checks = checks_of(sd, cc, args.every)
+    report = {
+        "item": ITEM,
+        "steps": args.steps,
+        "every": args.every,
+        "num_sentences": BATCH * args.steps,
+        "threads": args.threads,
+        "precision": params["train"].get("precision"),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "git": repo_commit(),
+        "server_uri": server.uri,
+        "work_folder": str(root) if args.keep is not None else None,
+        "server_down": sd,
+        "corrupt_checkpoint": cc,
+        "checks": checks,
+        "failed": [k for k, v in checks.items() if not v],
+    }
+    report["ok"] = not report["failed"]
+    print()
+    print(markdown(report))
+    if args.out_json is not None:
+        args.out_json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nfigures written to {args.out_json}")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
