@@ -26,7 +26,7 @@ from focalcse.core.losses import loss_spec, register_module
 from focalcse.data import tasks as task_registry
 from focalcse.eval.hard_negatives import hardest_negatives
 from focalcse.eval.stats import holm
-from focalcse.layout import Layout, run_name
+from focalcse.layout import Layout, result_files, run_name
 from focalcse.report import PUBLISHED, SECTIONS, build_report, figures, labels, load_report_data, sections
 from focalcse.report.data import AblationPoint, ReportData, merge_items
 from focalcse.report.figures import is_hard_negative, logit_vertex, rescaled_logit
@@ -367,11 +367,7 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
                 )
 
     # ---- Tables 4 and 5: one row per point, ascending; the default point is the main sweep's run
-    items = (
-        [_json(p) for p in sorted((metrics / "ablation").glob("*.json"))]
-        if (metrics / "ablation").is_dir()
-        else []
-    )
+    items = [_json(p) for p in result_files(metrics / "ablation")] if (metrics / "ablation").is_dir() else []
     ab = params.ablation
     main = (params.ablation_backbone, ab.loss, ab.seed)
     main_eval = _json(metrics / "eval" / f"{run_name(*main)}.json")
@@ -1102,7 +1098,7 @@ def test_dvc_repro_builds_a_report_matching_the_tiny_runs_metrics(tiny_run: Path
     # every ablation item trained what params say, as long as the main run it varies, and kept no model
     ab = params.ablation
     main = _json(tiny_run / "metrics/train" / f"{run_name(params.ablation_backbone, ab.loss, ab.seed)}.json")
-    items = [_json(p) for p in (tiny_run / "metrics/ablation").glob("*.json")]
+    items = [_json(p) for p in result_files(tiny_run / "metrics/ablation")]
     for kind in ("tau", "m"):
         mine = sorted((i for i in items if i["kind"] == kind), key=lambda i: i["value"])
         assert [i["value"] for i in mine] == sorted(
