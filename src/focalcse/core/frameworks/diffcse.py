@@ -1,0 +1,364 @@
+"""DiffCSE (Chuang et al., 2022): SimCSE plus conditional replaced-token detection (RTD).
+
+Follows the official code, github.com/voidism/DiffCSE (commit f724b2c), whose files are cited as
+``diffcse/models.py``, ``train.py``, ``diffcse/trainers.py``, ``modeling_bert.py``, ``run_diffcse.sh``
+and ``README.md``:
+
+* **Masking** (``train.py`` 512-544, ``OurDataCollatorWithPadding.mask_tokens``; ratio set from
+  ``--masking_ratio`` in ``trainers.py`` 482 and read in ``train.py`` 521): every token that is not a
+  special token (the tokenizer's ``get_special_tokens_mask``, which covers [CLS]/[SEP]/[PAD]) is
+  selected independently with probability ``ratio`` (a Bernoulli rate, not an exact count); of the
+  selected, 80% become [MASK], half of the rest a uniformly random id in ``[0, len(tokenizer))``,
+  the rest stay. Each view of a sentence is masked independently. See :func:`mask_tokens`.
+* **Generator** (``models.py`` 122 and 181-187): a frozen MLM (``distilbert-base-uncased`` by
+  default) run under ``torch.no_grad()`` on the masked ids; the corrupted sentence is the
+  **argmax** at **every** position (not sampling, and not only at masked positions); position 0 is
+  reset to the [CLS]/<s> id; padding becomes id 0 (``g_pred * attention_mask``). The labels are
+  ``(g_pred != input_ids) * attention_mask``: a generated token equal to the original is labelled 0.
+  See :func:`replace_with_generator`.
+* **Conditional discriminator** (``models.py`` 189-200, ``modeling_bert.py`` 952-961,
+  ``modeling_roberta.py`` 799-800; initialised from the backbone's pretrained weights,
+  ``train.py`` 371-388): a separate, trained BERT/RoBERTa whose *embedding-layer output* (word +
+  position + type embeddings after LayerNorm and dropout) at position 0 is replaced by the sentence
+  vector; the sentence vector is the pooled [CLS] after the projector (``--before_mlp`` off) and is
+  **not detached**, so the RTD loss trains the sentence encoder. See :class:`ConditionalDiscriminator`.
+* **RTD loss** (``models.py`` 259-273, ``train.py`` 373/387): a ``Linear(hidden, 2)`` head and
+  ``nn.CrossEntropyLoss()`` over ``(B*L, 2)`` with the 0/1 labels: the mean over **all** B*L
+  positions, padding (label 0) and position 0 included. ``loss = contrastive + lambda_weight * rtd``.
+  A one-logit head with binary cross-entropy is the same loss (CE over logits ``(a, b)`` is BCE on
+  ``b - a``). See :func:`rtd_loss` and :func:`diffcse_loss`.
+* **BatchNorm projector** (``models.py`` 35-50, ``ProjectionMLP``; chosen by ``--batchnorm``,
+  ``models.py`` 119): ``Linear(h, 2h, bias=False) - BN(2h) - ReLU - Linear(2h, h, bias=False) -
+  BN(h, affine=False)``. See :class:`BatchNormProjector`.
+
+Plain torch plus a Hugging Face encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+IGNORE_INDEX = -100  # train.py 532: MLM labels of unselected tokens (as HF's collator)
+MASK_FRACTION = 0.8  # train.py 535: selected tokens that become [MASK]
+RANDOM_FRACTION_OF_REST = 0.5  # train.py 539: of the other selected tokens, half become a random id
+
+
+@dataclass(frozen=True)
+class DiffCSEHyper:
+    """Official DiffCSE training hyper-parameters of one backbone family.
+
+    ``None`` means the official repository does not state the value for that backbone (only the
+    paper does; not copied here unverified).
+    """
+
+    backbone: str
+    generator: str
+    mask_ratio: float | None
+    lambda_weight: float | None
+    lr: float | None
+    batch_size: int | None
+    temperature: float
+    batchnorm: bool | None
+    pooler: str = "cls"
+    mlp_only_train: bool = True
+    epochs: int = 2
+    max_seq_len: int = 32
+
+
+# bert-base: run_diffcse.sh 3-30 (LR=7e-6, MASK=0.30, LAMBDA=0.005, --generator_name
+# distilbert-base-uncased, --per_device_train_batch_size 64, --temp 0.05, --batchnorm, --pooler_type cls,
+# --mlp_only_train, --num_train_epochs 2, --max_seq_length 32), repeated in README.md 72-95.
+# roberta-base: README.md 101 names the generator (distilroberta-base) and README.md 107 the temperature
+# ("We always use 0.05"); the repository gives no roberta-base learning rate, mask ratio, lambda, batch
+# size or projector choice. Code defaults if a flag is left out: train.py 118-123 (lambda_weight 0.1),
+# 136-139 (masking_ratio 0.15), models.py 122 (generator distilbert-base-uncased).
+OFFICIAL: dict[str, DiffCSEHyper] = {
+    "bert-base": DiffCSEHyper(
+        backbone="bert-base-uncased",
+        generator="distilbert-base-uncased",
+        mask_ratio=0.30,
+        lambda_weight=0.005,
+        lr=7e-6,
+        batch_size=64,
+        temperature=0.05,
+        batchnorm=True,
+    ),
+    "roberta-base": DiffCSEHyper(
+        backbone="roberta-base",
+        generator="distilroberta-base",
+        mask_ratio=None,
+        lambda_weight=None,
+        lr=None,
+        batch_size=None,
+        temperature=0.05,
+        batchnorm=None,
+    ),
+}
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    special_mask: torch.Tensor,
+    ratio: float,
+    mask_token_id: int,
+    generator: torch.Generator,
+    *,
+    vocab_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The generator's input: BERT-style 80/10/10 masking, as ``train.py`` 512-544.
+
+    Args:
+        input_ids: (B, L) long.
+        attention_mask: (B, L), 1 on real tokens. The official code relies on the tokenizer's special
+            tokens mask, which already covers padding; padding is excluded here too, in case
+            ``special_mask`` does not mark it.
+        special_mask: (B, L) bool/0-1, 1 on special tokens (``tokenizer.get_special_tokens_mask(ids,
+            already_has_special_tokens=True)``).
+        ratio: probability with which each eligible token is selected (``--masking_ratio``).
+        mask_token_id: the tokenizer's mask id.
+        generator: the random source (the official code uses the global RNG, in the same order of
+            draws: selection, 80% mask, 50% random, random ids).
+        vocab_size: random ids are drawn from ``[0, vocab_size)`` (official: ``len(tokenizer)``).
+
+    Returns:
+        ``(masked_ids, mlm_labels)``: the corrupted ids, and the original id at selected positions
+        and ``-100`` elsewhere (``train.py`` 532).
+    """
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"ratio must be in [0, 1], got {ratio}")
+    device = input_ids.device
+    eligible = ~special_mask.bool() & attention_mask.bool()
+    probability = torch.full(input_ids.shape, float(ratio), device=device)
+    probability.masked_fill_(~eligible, 0.0)
+    selected = torch.bernoulli(probability, generator=generator).bool()
+    labels = input_ids.clone()
+    labels[~selected] = IGNORE_INDEX
+
+    masked = input_ids.clone()
+    to_mask = (
+        torch.bernoulli(torch.full(input_ids.shape, MASK_FRACTION, device=device), generator=generator).bool()
+        & selected
+    )
+    masked[to_mask] = mask_token_id
+    to_random = (
+        torch.bernoulli(
+            torch.full(input_ids.shape, RANDOM_FRACTION_OF_REST, device=device), generator=generator
+        ).bool()
+        & selected
+        & ~to_mask
+    )
+    random_ids = torch.randint(
+        vocab_size, input_ids.shape, dtype=input_ids.dtype, device=device, generator=generator
+    )
+    masked[to_random] = random_ids[to_random]
+    return masked, labels
+
+
+def replace_with_generator(
+    generator_logits: torch.Tensor,
+    masked_ids: torch.Tensor,
+    original_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    cls_token_id: int,
+    *,
+    sample: bool = False,
+    only_masked: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The discriminator's input ids and the replaced-token labels, as ``models.py`` 183-187.
+
+    Official (the defaults): ``g_pred = logits.argmax(-1)`` at every position; ``g_pred[:, 0] =
+    cls_token`` (101 for BERT, 0 for RoBERTa: ``models.py`` 384 and 444); labels ``(g_pred !=
+    original) * attention_mask``; ids ``g_pred * attention_mask`` (padding becomes id 0, whatever the
+    tokenizer's pad id).
+
+    Args:
+        generator_logits: (B, L, V) the frozen MLM's logits on ``masked_ids`` (computed without grad).
+        masked_ids: (B, L) the generator's input (:func:`mask_tokens`); used only with ``only_masked``.
+        original_ids: (B, L) the uncorrupted ids.
+        attention_mask: (B, L).
+        cls_token_id: the id put back at position 0.
+        sample: draw from ``softmax(logits)`` instead of the argmax (the paper's wording; *not* the
+            official code).
+        only_masked: keep the original id wherever ``masked_ids == original_ids`` (ELECTRA-style;
+            *not* the official code, which lets the generator rewrite unmasked tokens too).
+        generator: the random source for ``sample``.
+
+    Returns:
+        ``(corrupted_ids, labels)``, both (B, L) long; labels 1 = replaced, 0 = original (a generated
+        token equal to the original counts as original), 0 on padding.
+    """
+    logits = generator_logits.detach()
+    if sample:
+        probs = logits.float().softmax(-1).reshape(-1, logits.size(-1))
+        pred = torch.multinomial(probs, 1, generator=generator).view(logits.shape[:-1])
+    else:
+        pred = logits.argmax(-1)
+    pred = pred.to(original_ids.dtype)
+    if only_masked:
+        pred = torch.where(masked_ids == original_ids, original_ids, pred)
+    pred[:, 0] = cls_token_id
+    mask = attention_mask.to(original_ids.dtype)
+    labels = (pred != original_ids).to(original_ids.dtype) * mask
+    return pred * mask, labels
+
+
+@torch.no_grad()
+def generator_logits(mlm: nn.Module, masked_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The frozen generator's logits, without grad, as ``models.py`` 183-184 (``generator(ids, mask)[0]``)."""
+    return mlm(input_ids=masked_ids, attention_mask=attention_mask).logits
+
+
+def rtd_loss(
+    disc_logits: torch.Tensor,
+    labels: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    include_padding: bool = True,
+) -> torch.Tensor:
+    """Replaced-token-detection loss, as ``models.py`` 262-272.
+
+    Args:
+        disc_logits: (B, L) one logit per token (the replaced class), or (B, L, 2) the official
+            two-class head's scores (then cross-entropy, exactly the official formula).
+        labels: (B, L) 1 = replaced, 0 = original (:func:`replace_with_generator`; 0 on padding).
+        attention_mask: (B, L); used only with ``include_padding=False``.
+        include_padding: official ``True``: the mean over all B*L positions, padding and position 0
+            included (``nn.CrossEntropyLoss()`` over ``e_labels.view(-1)``, no ignore index hit).
+            ``False``: the mean over real tokens only.
+
+    Returns:
+        scalar.
+    """
+    if disc_logits.dim() == labels.dim() + 1 and disc_logits.size(-1) == 2:
+        per_token = F.cross_entropy(
+            disc_logits.reshape(-1, 2).float(), labels.reshape(-1).long(), reduction="none"
+        ).view(labels.shape)
+    elif disc_logits.shape == labels.shape:
+        per_token = F.binary_cross_entropy_with_logits(disc_logits.float(), labels.float(), reduction="none")
+    else:
+        raise ValueError(f"disc_logits {tuple(disc_logits.shape)} do not fit labels {tuple(labels.shape)}")
+    if include_padding:
+        return per_token.mean()
+    weight = attention_mask.to(per_token.dtype)
+    return (per_token * weight).sum() / weight.sum().clamp_min(1.0)
+
+
+def diffcse_loss(contrastive: torch.Tensor, rtd: torch.Tensor, lam: float) -> torch.Tensor:
+    """``contrastive + lam * rtd`` (``models.py`` 273; ``lam`` is ``--lambda_weight``)."""
+    return contrastive + lam * rtd
+
+
+class BatchNormProjector(nn.Module):
+    """The ``--batchnorm`` projector, ``models.py`` 35-50 (``ProjectionMLP``).
+
+    ``Linear(h, 2h, bias=False) - BatchNorm1d(2h) - ReLU - Linear(2h, h, bias=False) -
+    BatchNorm1d(h, affine=False)``. Official use: on both views together (``models.py`` 177-178), in
+    training only (``--mlp_only_train``).
+
+    Shape:
+        - Input: (N, h); Output: (N, h).
+    """
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(hidden, hidden * 2, bias=False),
+            nn.BatchNorm1d(hidden * 2),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden * 2, hidden, bias=False),
+            nn.BatchNorm1d(hidden, affine=False),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ConditionalDiscriminator(nn.Module):
+    """An HF encoder with a per-token head, conditioned on a sentence vector at position 0.
+
+    Args:
+        encoder: a Hugging Face base model (``AutoModel``: BERT, RoBERTa, ...), official: a copy of the
+            backbone with its pretrained weights (``train.py`` 374 and 388), trained.
+        num_outputs: the head's size per token: 1 (a logit for "replaced", the BCE form) or 2 (the
+            official ``Linear(768, 2)``, ``train.py`` 373/387). Both fit :func:`rtd_loss`.
+        where: how the sentence vector enters.
+            ``"embedding_output"`` (official, ``modeling_bert.py`` 952-961): it replaces the
+            embedding layer's *output* at position 0 (after position/type embeddings, LayerNorm and
+            dropout); needs ``encoder.embeddings``.
+            ``"inputs_embeds"``: it replaces the *word* embedding of the first token and the encoder
+            adds position/type embeddings and LayerNorm on top (works for any HF encoder taking
+            ``inputs_embeds``; *not* the official placement).
+
+    ``forward(input_ids, attention_mask, sentence_embedding, token_type_ids=None)`` returns logits
+    (B, L) for ``num_outputs=1``, else (B, L, num_outputs). The sentence embedding is used as is (not
+    detached), as ``models.py`` 199.
+    """
+
+    def __init__(self, encoder: nn.Module, num_outputs: int = 1, where: str = "embedding_output") -> None:
+        super().__init__()
+        if where not in ("embedding_output", "inputs_embeds"):
+            raise ValueError(f"where must be 'embedding_output' or 'inputs_embeds', got {where!r}")
+        if where == "embedding_output" and not isinstance(getattr(encoder, "embeddings", None), nn.Module):
+            raise ValueError("where='embedding_output' needs an encoder with an .embeddings module")
+        self.encoder = encoder
+        self.where = where
+        self.num_outputs = num_outputs
+        self.head = nn.Linear(encoder.config.hidden_size, num_outputs)
+
+    @contextmanager
+    def _first_position(self, vector: torch.Tensor) -> Iterator[None]:
+        def hook(_module: nn.Module, _args: Any, output: torch.Tensor) -> torch.Tensor:
+            return torch.cat([vector.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
+
+        handle = self.encoder.embeddings.register_forward_hook(hook)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        sentence_embedding: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if sentence_embedding.shape != (input_ids.size(0), self.encoder.config.hidden_size):
+            raise ValueError(
+                f"sentence_embedding must be (B, hidden) = ({input_ids.size(0)}, "
+                f"{self.encoder.config.hidden_size}), got {tuple(sentence_embedding.shape)}"
+            )
+        kwargs: dict[str, Any] = {"attention_mask": attention_mask, "return_dict": True}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        if self.where == "embedding_output":
+            with self._first_position(sentence_embedding):
+                hidden = self.encoder(input_ids=input_ids, **kwargs).last_hidden_state
+        else:
+            words = self.encoder.get_input_embeddings()(input_ids)
+            words = torch.cat([sentence_embedding.unsqueeze(1).to(words.dtype), words[:, 1:]], dim=1)
+            hidden = self.encoder(inputs_embeds=words, **kwargs).last_hidden_state
+        logits = self.head(hidden)
+        return logits.squeeze(-1) if self.num_outputs == 1 else logits
+
+
+__all__ = [
+    "OFFICIAL",
+    "BatchNormProjector",
+    "ConditionalDiscriminator",
+    "DiffCSEHyper",
+    "diffcse_loss",
+    "generator_logits",
+    "mask_tokens",
+    "replace_with_generator",
+    "rtd_loss",
+]
