@@ -44,18 +44,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +59,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from tiny_project import SKIP, _tracked_files  # noqa: E402 - the tests' copy of the repo
+from mlflow_server import MlflowServer, ServerError, free_port, kill_group  # noqa: E402
+from tiny_project import copy_repo  # noqa: E402 - the tests' copy of the repo
+
+from focalcse.ops.tracking import folder_fingerprint  # noqa: E402 - as the train run's model_sha256
 
 BACKBONE, LOSS, SEED = "all-MiniLM-L6-v2", "infonce", 1
 ITEM = f"{BACKBONE}-{LOSS}-seed{SEED}"  # focalcse.layout.run_name
@@ -76,26 +75,6 @@ STEP_KEYS = ("loss", "lr", "grad_norm")
 # ---------------------------------------------------------------- small helpers
 def fail(msg: str) -> None:
     sys.exit(f"fault_measure: {msg}")
-
-
-def folder_digest(folder: Path) -> str | None:
-    """sha256 over every file's relative path and bytes, in sorted path order (None: no folder)."""
-    if not folder.is_dir():
-        return None
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_model() -> str:
@@ -118,25 +97,10 @@ def repo_commit() -> dict[str, Any]:
         return {"commit": "unknown", "dirty_files": []}
 
 
-def kill_group(proc: subprocess.Popen | None) -> None:
-    """SIGKILL ``proc``'s process group (it was started in its own session) and reap it."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
-
-
 # ---------------------------------------------------------------- the project copy
 def make_project(dest: Path, steps: int, every: int, mirror: str) -> dict[str, Any]:
     """Copy the working tree to ``dest`` and write its params.yaml; returns the params written."""
-    for rel in _tracked_files():
-        if rel.split("/")[0] in SKIP:
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / rel, target)
+    copy_repo(dest)
     (dest / "dvc.lock").unlink(missing_ok=True)  # never used: the stages run directly, not via DVC
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"] = {**params["data"], "num_sentences": BATCH * steps, "mirror": mirror}
@@ -178,58 +142,19 @@ def run_checked(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) 
 
 
 # ---------------------------------------------------------------- the MLflow server
-class Server:
-    """``mlflow server`` on 127.0.0.1 in its own process group (stopped with SIGKILL by its id)."""
+class Server(MlflowServer):
+    """The shared local server (``tests/mlflow_server.py``) over a store in ``folder`` with its
+    artifacts beside it; a server that does not come up ends the measurement with one line."""
 
     def __init__(self, folder: Path, port: int) -> None:
-        self.folder, self.port = folder, port
-        self.uri = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-        folder.mkdir(parents=True, exist_ok=True)
+        super().__init__(folder, port, artifacts_destination=(folder / "artifacts").as_uri())
 
     def start(self, timeout: float = 120) -> float:
-        """Start and wait for ``/health``; returns the seconds it took."""
-        cmd = [
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{self.folder / 'mlflow.db'}",
-            "--artifacts-destination",
-            (self.folder / "artifacts").as_uri(),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--workers",
-            "1",
-        ]
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        env.pop("MLFLOW_TRACKING_URI", None)
-        self.starts += 1
-        log = open(self.folder / f"server-{self.starts}.log", "wb")  # noqa: SIM115 - the child holds it
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            cmd, cwd=self.folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
-                break
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return time.monotonic() - t0
-            except OSError:
-                time.sleep(0.3)
-        self.kill()
-        tail = (self.folder / f"server-{self.starts}.log").read_text(errors="replace")[-2000:]
-        fail(f"mlflow server did not answer /health on port {self.port}:\n{tail}")
-        return 0.0  # unreachable
-
-    def kill(self) -> None:
-        kill_group(self.proc)
-        self.proc = None
+        try:
+            return super().start(timeout)
+        except ServerError as err:
+            fail(str(err))
+            return 0.0  # unreachable
 
 
 # ---------------------------------------------------------------- one train run
@@ -301,7 +226,7 @@ class Item:
             "steps": metrics.get("steps"),
             "best_step": metrics.get("best_step"),
             "stsb_dev_best": metrics.get("stsb_dev_best"),
-            "model_digest": folder_digest(self.model_dir),
+            "model_digest": folder_fingerprint(self.model_dir) if self.model_dir.is_dir() else None,
             "run_id": run_id_of(stdout),
             "stdout": stdout,
             "stderr": stderr,

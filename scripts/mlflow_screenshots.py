@@ -42,16 +42,16 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from mlflow_server import MlflowServer, ServerError, free_port, stop_group  # noqa: E402
 
 ML = "workflowType=machine_learning"  # the sidebar's "Model training" side, for this page load only
 
@@ -75,27 +75,11 @@ class Page:
     patterns: list[str] = field(default_factory=list)  # regexes the visible text must match
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def parse_window(value: str) -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*[,x]\s*(\d+)\s*", value)
     if not m:
         raise argparse.ArgumentTypeError(f"window size {value!r}: expected W,H such as 1600,1000")
     return int(m.group(1)), int(m.group(2))
-
-
-def server_command(
-    mlflow: str, port: int, backend_store_uri: str, artifacts_destination: str | None
-) -> list[str]:
-    cmd = [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    cmd += ["--backend-store-uri", backend_store_uri]
-    if artifacts_destination:
-        cmd += ["--artifacts-destination", artifacts_destination]
-    return cmd
 
 
 def chromium_command(
@@ -238,48 +222,6 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
-    """SIGTERM to the process group ``proc`` leads (it was started with a new session), SIGKILL to
-    whatever of the group is left after ``grace`` seconds."""
-    pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        proc.poll()
-        try:
-            os.killpg(pgid, 0)  # anyone of the group still there?
-        except ProcessLookupError:
-            break
-        time.sleep(0.3)
-    else:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
-def wait_health(url: str, timeout: float, proc: subprocess.Popen, server_log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ScreenshotError(
-                f"mlflow server exited with {proc.returncode} before {url} answered:\n{tail(server_log)}"
-            )
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
-            if r.status == 200:
-                return
-        time.sleep(1)
-    raise ScreenshotError(f"mlflow server: {url} did not answer within {timeout:.0f} s:\n{tail(server_log)}")
-
-
-def tail(path: Path, n: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no server log)"
-
-
 def shoot(
     chromium: str, page: Page, png: Path, budget_ms: int, timeout: float, tmp: Path
 ) -> tuple[str, str | None]:
@@ -416,27 +358,18 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.chromium).exists() and not shutil.which(args.chromium):
         print(f"error: chromium not found: {args.chromium}", file=sys.stderr)
         return 2
-    port = args.port or free_port()
-    base = f"http://127.0.0.1:{port}"
     tmp = Path(tempfile.mkdtemp(prefix="mlflow-shots-"))
-    server_log = tmp / "mlflow-server.log"
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = server_command(args.mlflow, port, args.backend_store_uri, args.artifacts_destination)
-    server: subprocess.Popen | None = None
+    server = MlflowServer(
+        tmp, args.port or free_port(), args.backend_store_uri, args.artifacts_destination, args.mlflow
+    )
+    base = server.uri
     summary: dict[str, Any] = {}
     try:
-        with open(server_log, "w") as out:  # the child keeps its own copy of the descriptor
-            server = subprocess.Popen(
-                cmd,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group, stopped as one at the end
-            )
-        log(f"started mlflow server (pid {server.pid}) on {base}")
-        wait_health(f"{base}/health", args.start_timeout, server, server_log)
+        try:
+            server.start(args.start_timeout)
+        except ServerError as err:
+            raise ScreenshotError(str(err)) from None
+        log(f"started mlflow server (pid {server.proc.pid}) on {base}")
         summary = find_items(base, args.experiment, args.run_id)
         pages = build_pages(
             base,
@@ -484,9 +417,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        if server is not None:
-            stop_group(server)
-            log(f"stopped mlflow server (pid {server.pid}, exit {server.returncode})")
+        if server.proc is not None:
+            pid = server.proc.pid
+            log(f"stopped mlflow server (pid {pid}, exit {server.stop()})")
         shutil.rmtree(tmp, ignore_errors=True)
         if summary:
             print(json.dumps(summary, indent=2, default=str), flush=True)

@@ -71,6 +71,21 @@ def minilm_tokenizer(minilm_path: str):
 
 
 @pytest.fixture
+def tiny_bert(minilm_tokenizer) -> torch.nn.Module:
+    """A bare tiny random BERT (HF ``AutoModel``, 2 layers, hidden 32, the MiniLM vocabulary) in eval
+    mode, seed 0, initialised with std 0.5 (well-separated vectors, see
+    ``tiny_project.save_tiny_backbone``)."""
+    from transformers import AutoModel
+
+    from focalcse.core.model import tiny_config
+
+    torch.manual_seed(0)
+    config = tiny_config(minilm_tokenizer.vocab_size)
+    config.initializer_range = 0.5
+    return AutoModel.from_config(config).eval()
+
+
+@pytest.fixture
 def tiny_encoder_factory(minilm_tokenizer) -> Callable[..., torch.nn.Module]:
     """``make(pooler='cls', mlp_only_train=False, seed=TINY_SEED)``: a tiny random BERT encoder
     (hidden 32, 2 layers, 2 heads) with the MiniLM tokenizer; the same seed gives the same weights."""

@@ -11,7 +11,6 @@ import math
 
 import pytest
 import torch
-from transformers import AutoModel
 
 from focalcse.core.frameworks.diffcse import (
     OFFICIAL,
@@ -23,7 +22,6 @@ from focalcse.core.frameworks.diffcse import (
     rtd_loss,
 )
 from focalcse.core.losses.infonce import InfoNCE
-from focalcse.core.model import tiny_config
 
 SENTENCES = ["a man is playing a guitar", "two dogs run", "the cat sat on the big red table near the park"]
 
@@ -34,11 +32,8 @@ def tok(minilm_tokenizer):
 
 
 @pytest.fixture
-def bert(minilm_tokenizer):
-    torch.manual_seed(0)
-    config = tiny_config(minilm_tokenizer.vocab_size)
-    config.initializer_range = 0.5
-    return AutoModel.from_config(config).eval()
+def bert(tiny_bert):
+    return tiny_bert
 
 
 def batch(tok, sentences=SENTENCES):

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from mlflow_server import free_port, server_command
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -29,13 +30,13 @@ def test_window_sizes_parse_and_bad_ones_are_refused() -> None:
 
 
 def test_server_binds_localhost_with_one_worker() -> None:
-    cmd = shots.server_command("mlflow", 5005, "sqlite:////s/mlflow.db", "/s/mlartifacts")
+    cmd = server_command("mlflow", 5005, "sqlite:////s/mlflow.db", "/s/mlartifacts")
     assert cmd[:2] == ["mlflow", "server"]
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--port") + 1] == "5005"
     assert cmd[cmd.index("--workers") + 1] == "1"
     assert cmd[cmd.index("--artifacts-destination") + 1] == "/s/mlartifacts"
-    assert "--artifacts-destination" not in shots.server_command("mlflow", 1, "sqlite:///x.db", None)
+    assert "--artifacts-destination" not in server_command("mlflow", 1, "sqlite:///x.db", None)
 
 
 def test_chromium_takes_the_screenshot_and_the_dom_in_one_headless_load(tmp_path) -> None:
@@ -142,4 +143,4 @@ def test_blank_and_missing_images_are_caught(tmp_path) -> None:
 
 
 def test_free_port_is_a_usable_port() -> None:
-    assert 0 < shots.free_port() < 65536
+    assert 0 < free_port() < 65536

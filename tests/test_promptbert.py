@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModel
 
 from focalcse.core.frameworks.promptbert import (
     BERT_EVAL_TEMPLATE,
@@ -26,7 +25,6 @@ from focalcse.core.frameworks.promptbert import (
     training_views,
 )
 from focalcse.core.losses.infonce import InfoNCE
-from focalcse.core.model import tiny_config
 
 SENTENCES = ["a man is playing a guitar", "two dogs run", "the cat sat on the big red table near the park"]
 PREFIX = 'This sentence of "'  # BERT_TRAIN_TEMPLATES[0] around the sentence, written out
@@ -39,11 +37,8 @@ def tok(minilm_tokenizer):
 
 
 @pytest.fixture
-def bert(minilm_tokenizer):
-    torch.manual_seed(0)
-    config = tiny_config(minilm_tokenizer.vocab_size)
-    config.initializer_range = 0.5  # well-separated vectors (see tiny_project.save_tiny_backbone)
-    return AutoModel.from_config(config).eval()
+def bert(tiny_bert):
+    return tiny_bert
 
 
 def tokens(tok, ids) -> list[str]:

@@ -12,19 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from mlflow_server import MlflowServer, free_port
 from tiny_project import TINY_PARAMS, make_tiny_project, project_env, run, save_tiny_backbone
 
 from focalcse.ops import tracking
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _HangingClient:
@@ -98,54 +92,6 @@ def project(tmp_path_factory, data_mirror) -> Path:
     return dest
 
 
-class _Server:
-    """``mlflow server`` on 127.0.0.1 (its own process group, killed with SIGKILL by its id)."""
-
-    def __init__(self, folder: Path, port: int) -> None:
-        self.folder, self.port = folder, port
-        self.uri = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        cmd = [
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{self.folder / 'mlflow.db'}",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--workers",
-            "1",
-        ]
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=self.folder,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        self.kill()
-        raise AssertionError("mlflow server did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the server and its worker
-            self.proc.wait(timeout=30)
-        self.proc = None
-
-
 def _queue_files(project: Path) -> list[Path]:
     return sorted((project / ".focalcse" / "tracking-queue").glob("*.jsonl"))
 
@@ -188,7 +134,7 @@ def _start_train(
 def test_server_killed_mid_item_then_sync(project: Path, tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
-    server = _Server(tmp_path, _free_port())
+    server = MlflowServer(tmp_path, free_port())
     server.start()
     try:
         env = project_env(project, MLFLOW_TRACKING_URI=server.uri)

@@ -79,16 +79,22 @@ def save_tiny_backbone(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def make_tiny_project(
-    dest: Path, mirror: Path, tiny_model: Path, **section_overrides: dict[str, Any]
-) -> Path:
-    """Copy the repo to ``dest`` and write the tiny params.yaml (merged over the committed one)."""
+def copy_repo(dest: Path) -> None:
+    """The repo's tracked and untracked (not ignored) files under ``dest``, without the pipeline's
+    outputs and stores (:data:`SKIP`)."""
     for rel in _tracked_files():
         if rel.split("/")[0] in SKIP:
             continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, target)
+
+
+def make_tiny_project(
+    dest: Path, mirror: Path, tiny_model: Path, **section_overrides: dict[str, Any]
+) -> Path:
+    """Copy the repo to ``dest`` and write the tiny params.yaml (merged over the committed one)."""
+    copy_repo(dest)
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     tiny = copy.deepcopy(TINY_PARAMS)
     tiny["backbone_overrides"]["tiny"]["source"] = str(tiny_model)
