@@ -42,6 +42,10 @@ def matrix_args(description: str) -> argparse.Namespace:
     parser.add_argument("backbone")
     parser.add_argument("loss")
     parser.add_argument("seed", type=int)
+    # absent for SimCSE (the train / evaluate stages' commands carry no framework)
+    parser.add_argument(
+        "--framework", default="simcse", help="promptbert | diffcse (train_framework / evaluate_framework)"
+    )
     return parser.parse_args()
 
 

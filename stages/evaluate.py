@@ -1,4 +1,5 @@
-"""DVC stage `evaluate@<backbone>-<loss>-<seed>`: 7-task STS evaluation of one trained model."""
+"""DVC stages `evaluate@<backbone>-<loss>-<seed>` (SimCSE) and `evaluate_framework@<framework>-<backbone>-<loss>-<seed>`
+(``--framework promptbert|diffcse``): 7-task STS evaluation of one trained model."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ if __name__ == "__main__":
     args = matrix_args(__doc__)
     p = params()
     item = (args.backbone, args.loss, args.seed)
+    fw = args.framework
     with transient_exit():
         if enabled():
             check_tracking_uri(tracking_uri())  # fail before encoding anything
             sync()  # a train run queued while the server was down: complete it, so the scores join it
-        result = evaluate.run(p, LAYOUT, *item)
+        result = evaluate.run(p, LAYOUT, *item, framework=fw)
         # The scores join the MLflow run that trained this model folder.
-        log_evaluation(p, *item, LAYOUT.model_dir(*item), result, LAYOUT.eval_metrics(*item))
-    print(f"{run_name(*item)}: avg {result['avg']:.2f}")
+        log_evaluation(
+            p, *item, LAYOUT.model_dir(*item, fw), result, LAYOUT.eval_metrics(*item, fw), framework=fw
+        )
+    print(f"{run_name(*item, fw)}: avg {result['avg']:.2f}")

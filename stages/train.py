@@ -1,4 +1,5 @@
-"""DVC stage `train@<backbone>-<loss>-<seed>`: one training run, in one process or under torchrun.
+"""DVC stages `train@<backbone>-<loss>-<seed>` (SimCSE) and `train_framework@<framework>-<backbone>-<loss>-<seed>`
+(``--framework promptbert|diffcse``): one training run, in one process or (SimCSE) under torchrun.
 
 DVC runs it as one process. For several GPUs (or CPU processes) launch the same script with
 ``torchrun``; ``train.batch_size`` is then the global batch, split over the ranks, and every rank's
@@ -26,7 +27,8 @@ def main() -> int:
     args = matrix_args(__doc__)
     p = params()
     item = (args.backbone, args.loss, args.seed)
-    cfg = p.train_config(*item)  # a bad value stops here, before any work
+    fw = args.framework
+    cfg = p.train_config(*item, fw)  # a bad value stops here, before any work
 
     import torch
 
@@ -39,21 +41,25 @@ def main() -> int:
     try:
         # MLflow run (server checked before training): per-step curves, then the model as an artifact.
         # The run id is kept in the item's checkpoint folder: a resumed item continues its run.
-        model_dir = LAYOUT.model_dir(*item)
+        model_dir = LAYOUT.model_dir(*item, fw)
         work = model_dir.parent / f".{model_dir.name}.work"
-        tracking = train_run(p, *item, work_dir=work) if ctx.is_main else contextlib.nullcontext(None)
+        tracking = (
+            train_run(p, *item, work_dir=work, framework=fw) if ctx.is_main else contextlib.nullcontext(None)
+        )
         with transient_exit(), tracking as run:
             log = run.log_metrics if run is not None else None
-            metrics = train.run(p, LAYOUT, *item, log_metrics=log, progress=ctx.is_main, parallel=ctx)
+            metrics = train.run(
+                p, LAYOUT, *item, log_metrics=log, progress=ctx.is_main, parallel=ctx, framework=fw
+            )
             if run is not None:
-                paths = LAYOUT.train_item(*item)
+                paths = LAYOUT.train_item(*item, fw)
                 run.finish(metrics, paths.model_dir, files=list(paths.json_outputs))
     finally:
         cleanup()
     if ctx.is_main:
         ranks = f" ({ctx.world_size} ranks)" if ctx.distributed else ""
         print(
-            f"{run_name(*item)}{ranks}: best STS-B dev {metrics['stsb_dev_best']:.2f} at step {metrics['best_step']}"
+            f"{run_name(*item, fw)}{ranks}: best STS-B dev {metrics['stsb_dev_best']:.2f} at step {metrics['best_step']}"
         )
     return 0
 

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS
 from focalcse.core.losses import loss_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,20 @@ SRC = ROOT / "src"
 STAGES = ROOT / "stages"
 LOSSES_DIR = "src/focalcse/core/losses"
 # The loss module a stage trains with, as dvc.yaml names it (rendered per item).
-OWN_LOSS = {"train": "${item.loss}", "ablate_tau": "${ablation.loss}", "ablate_m": "${ablation.loss}"}
+OWN_LOSS = {
+    "train": "${item.loss}",
+    "train_framework": "${item.loss}",
+    "ablate_tau": "${ablation.loss}",
+    "ablate_m": "${ablation.loss}",
+}
+FRAMEWORKS_DIR = "src/focalcse/core/frameworks"
+# A framework other than SimCSE is imported by computed name (focalcse.steps.train.framework_encoder,
+# focalcse.core.model.from_pretrained): its items list their own framework module.
+OWN_FRAMEWORK = {
+    "train_framework": "${item.framework}",
+    "evaluate_framework": "${item.framework}",
+    "pretrain_generator": "diffcse",  # DiffCSE's generator: its masking
+}
 LOSS_FREE = ("train", "ablate_tau", "ablate_m", "evaluate")  # no folder dep holding every loss
 
 
@@ -174,6 +188,10 @@ def rendered_stages() -> list[tuple[str, str, list[str], dict[str, Any]]]:
             axes = {k: list(_render(v, params)) for k, v in spec["matrix"].items()}
             if "loss" in axes:
                 axes["loss"] += [n for n in loss_names() if n not in axes["loss"]]
+            if "framework" in axes:  # every framework besides SimCSE, whatever params.yaml lists
+                axes["framework"] += [
+                    f for f in FRAMEWORKS if f != BASE_FRAMEWORK and f not in axes["framework"]
+                ]
             items = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
         for item in items:
             context = {**params, "item": item}
@@ -205,6 +223,9 @@ def expected_closure(stage: str, context: dict[str, Any]) -> set[str]:
         loss = _render(OWN_LOSS[stage], context)
         roots.append(SRC / "focalcse" / "core" / "losses" / f"{loss}.py")
         assert roots[-1].is_file(), f"{stage}: no loss module {roots[-1]}"
+    if stage in OWN_FRAMEWORK:
+        roots.append(ROOT / FRAMEWORKS_DIR / f"{_render(OWN_FRAMEWORK[stage], context)}.py")
+        assert roots[-1].is_file(), f"{stage}: no framework module {roots[-1]}"
     return closure(*roots)
 
 
@@ -251,6 +272,23 @@ def test_training_stages_depend_on_their_own_loss_only() -> None:
         own = {f"{LOSSES_DIR}/{_render(OWN_LOSS[stage], context)}.py"} if stage in OWN_LOSS else set()
         assert {d for d in deps if d in every_loss} == own, f"{name}: loss deps {deps}"
     assert checked >= set(LOSS_FREE)
+
+
+def test_stages_depend_on_their_own_framework_only() -> None:
+    """SimCSE's stages (and every other) depend on no framework module, so editing PromptBERT or
+    DiffCSE reruns only their own items; a framework item lists its own module and no other's."""
+    modules = {f"{FRAMEWORKS_DIR}/{f}.py" for f in FRAMEWORKS if f != BASE_FRAMEWORK}
+    checked = set()
+    for stage, name, deps, context in rendered_stages():
+        own = (
+            {f"{FRAMEWORKS_DIR}/{_render(OWN_FRAMEWORK[stage], context)}.py"}
+            if stage in OWN_FRAMEWORK
+            else set()
+        )
+        assert {d for d in deps if d in modules} == own, f"{name}: framework deps {deps}"
+        assert not any(_covered(m, [d]) for m in modules for d in deps if d not in modules), f"{name}: {deps}"
+        checked.add(stage)
+    assert checked >= {"train", "evaluate", "train_framework", "evaluate_framework"}
 
 
 def test_dep_checks_can_fail() -> None:

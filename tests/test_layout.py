@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 L = Layout()  # relative to the repository root, as dvc.yaml writes its paths
 
 BACKBONE, LOSS, SEED, TAU, M = "all-MiniLM-L6-v2", "focal_infonce", 3, "0.05", "0.3"
-ITEM = {"backbone": BACKBONE, "loss": LOSS, "seed": SEED, "temperature": TAU, "m": M}
+ITEM = {"backbone": BACKBONE, "loss": LOSS, "seed": SEED, "temperature": TAU, "m": M, "framework": "diffcse"}
 LOSSES_DIR = "src/focalcse/core/losses"
 CODE = ("src/", "stages/")
 
@@ -94,6 +94,16 @@ _EXPECTED = {  # stage -> (outs + metrics + plots, data and model deps besides t
         s(L.corpus_file, L.sts_dir),
     ),
     "evaluate": (c(L.eval_metrics(*RUN), "meta", "subsets"), s(L.model_dir(*RUN), L.sts_dir)),
+    "pretrain_generator": (s(L.generator_dir(BACKBONE)), s(L.corpus_file)),
+    "train_framework": (
+        s(L.model_dir(*RUN, "diffcse"), L.loss_curve(*RUN, "diffcse"), L.dev_curve(*RUN, "diffcse"))
+        | c(L.train_metrics(*RUN, "diffcse"), "meta"),
+        s(L.corpus_file, L.sts_dir, L.generator_dir(BACKBONE)),
+    ),
+    "evaluate_framework": (
+        c(L.eval_metrics(*RUN, "diffcse"), "meta", "subsets"),
+        s(L.model_dir(*RUN, "diffcse"), L.sts_dir),
+    ),
     "significance": (
         c(L.significance_file, "meta") | c(L.summary_file, "meta"),
         s(L.eval_dir),

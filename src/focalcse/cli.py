@@ -52,8 +52,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace) -> int:
     import json
+    import sys
 
-    from focalcse.config import ConfigError, load_params
+    from focalcse.config import FRAMEWORKS, ConfigError, load_params
 
     try:
         params = load_params(args.params)
@@ -72,8 +73,17 @@ def _config(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--seed {args.seed}: expected one of {args.params}'s sweep.seeds ({', '.join(map(str, sw.seeds))})"
         )
+    if args.framework not in FRAMEWORKS:
+        raise ValueError(f"--framework {args.framework!r}: expected one of {', '.join(FRAMEWORKS)}")
+    if args.framework not in sw.all_frameworks:
+        print(
+            f"note: {args.params} does not train {args.framework} (sweep.frameworks: {list(sw.frameworks)}); "
+            "these are the settings it would use",
+            file=sys.stderr,
+        )
     # The same dict the train stage logs to MLflow as its params (focalcse.ops.tracking.train_run).
-    print(json.dumps(params.effective_config(args.backbone, args.loss, args.seed), indent=2))
+    effective = params.effective_config(args.backbone, args.loss, args.seed, args.framework)
+    print(json.dumps(effective, indent=2))
     return 0
 
 
@@ -116,12 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     ev.set_defaults(func=_evaluate)
     cf = sub.add_parser(
         "config",
-        help="print one train item's effective config as JSON (train <- backbone overrides <- loss overrides)",
+        help="print one train item's effective config as JSON (train <- backbone overrides <- loss overrides "
+        "<- framework train keys; a framework's own settings under 'framework')",
     )
     cf.add_argument("--params", default="params.yaml", help="parameter set (default: params.yaml)")
     cf.add_argument("--backbone", required=True, help="a sweep backbone of that set")
     cf.add_argument("--loss", required=True, help="a sweep loss of that set")
     cf.add_argument("--seed", type=int, default=None, help="a sweep seed (default: the first)")
+    cf.add_argument(
+        "--framework",
+        default="simcse",
+        help="simcse (default) | promptbert | diffcse: adds frameworks.<F>'s train keys and its own settings",
+    )
     cf.set_defaults(func=_config)
     tr = sub.add_parser(
         "tracking", help="MLflow tracking: send what a stage queued while the server was down"

@@ -19,7 +19,9 @@ import yaml
 from focalcse.core.backbones import POOLERS
 from focalcse.core.losses import hyper_params, loss_names, loss_spec
 from focalcse.data.tasks import TASKS
+from focalcse.layout import BASE_FRAMEWORK  # noqa: F401 - the train / evaluate stages' framework; re-exported
 
+FRAMEWORKS = ("simcse", "promptbert", "diffcse")  # core/frameworks/<name>.py (SimCSE: core/training.py)
 PRECISIONS = ("fp32", "bf16", "fp16")  # evaluation (inference only)
 TRAIN_PRECISIONS = ("fp32", "bf16")  # training: fp16 without loss scaling underflows, so it is refused
 
@@ -215,8 +217,25 @@ class SweepConfig:
     backbones: tuple[str, ...] = ("all-MiniLM-L6-v2",)
     losses: tuple[str, ...] = ("infonce", "focal_infonce")
     seeds: tuple[int, ...] = (1, 2, 3)
+    # Frameworks trained besides SimCSE (DVC's train_framework / evaluate_framework matrix axis).
+    # SimCSE always runs, as the train / evaluate stages: every framework is compared with it.
+    frameworks: tuple[str, ...] = ()
+
+    @property
+    def all_frameworks(self) -> tuple[str, ...]:
+        """SimCSE, then ``frameworks``: every framework the sweep trains."""
+        return (BASE_FRAMEWORK, *self.frameworks)
 
     def __post_init__(self) -> None:
+        others = [f for f in FRAMEWORKS if f != BASE_FRAMEWORK]
+        if any(f not in others for f in self.frameworks) or len(set(self.frameworks)) != len(self.frameworks):
+            _fail(
+                "sweep",
+                "frameworks",
+                list(self.frameworks),
+                f"unique names from {', '.join(others)} ({BASE_FRAMEWORK} always runs, as the "
+                "train / evaluate stages)",
+            )
         if not self.backbones:
             _fail("sweep", "backbones", list(self.backbones), "at least one backbone")
         bad = [x for x in self.losses if x not in loss_names()]
@@ -256,12 +275,12 @@ class AblationConfig:
             _fail(s, "loss", self.loss, f"one of {', '.join(loss_names())}")
         if self.seed < 0:
             _fail(s, "seed", self.seed, "an integer >= 0")
-        if not self.temperatures or len(set(self.temperatures)) != len(self.temperatures):
-            _fail(s, "temperatures", list(self.temperatures), "a non-empty list of unique numbers")
+        if len(set(self.temperatures)) != len(self.temperatures):
+            _fail(s, "temperatures", list(self.temperatures), "a list of unique numbers ([] = no Table 4)")
         if any(t <= 0 for t in self.temperatures):
             _fail(s, "temperatures", list(self.temperatures), "numbers > 0")
-        if not self.ms or len(set(self.ms)) != len(self.ms):
-            _fail(s, "ms", list(self.ms), "a non-empty list of unique numbers")
+        if len(set(self.ms)) != len(self.ms):
+            _fail(s, "ms", list(self.ms), "a list of unique numbers ([] = no Table 5)")
         if any(m < 0 for m in self.ms):
             _fail(s, "ms", list(self.ms), "numbers >= 0")
 
@@ -282,6 +301,118 @@ class ReportConfig:
             _fail(s, "hard_negative_max_gold", self.hard_negative_max_gold, "a number in [0, 5]")
         if not self.figure1_ms or any(not 0 <= m < 2 for m in self.figure1_ms):
             _fail(s, "figure1_ms", list(self.figure1_ms), "a non-empty list of numbers in [0, 2)")
+
+
+PROMPTBERT_TEMPLATES = ("auto", "bert", "roberta")
+
+
+@dataclass(frozen=True)
+class PromptBERTConfig:
+    """``frameworks.promptbert``: PromptBERT's templates and denoising (core/frameworks/promptbert.py)."""
+
+    # auto: the official pair of the backbone's family (roberta for RoBERTa models, else bert)
+    templates: str = "auto"
+    denoise: bool = True  # template denoising in training (official unsupervised runs: yes)
+    eval_denoise: bool = True  # and at evaluation (official unsupervised evaluation: no)
+    train: dict[str, Any] = field(default_factory=dict)  # train keys for every PromptBERT item
+    backbones: dict[str, dict[str, Any]] = field(default_factory=dict)  # <backbone>: train keys
+
+    def __post_init__(self) -> None:
+        if self.templates not in PROMPTBERT_TEMPLATES:
+            _fail(
+                "frameworks.promptbert",
+                "templates",
+                self.templates,
+                f"one of {', '.join(PROMPTBERT_TEMPLATES)}",
+            )
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """``frameworks.diffcse.pretrain``: the small MLM the ``pretrain_generator`` stage trains on the
+    corpus with the backbone's tokenizer (random init; no MLM can be downloaded offline)."""
+
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 2
+    steps: int = (
+        1500  # about 4 minutes on 2 cores (held-out MLM loss 6.9 from 10.3; distilbert is far better)
+    )
+    batch_size: int = 64
+    lr: float = 2.0e-3
+    mask_ratio: float = 0.15  # BERT's MLM rate
+    max_seq_len: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        s = "frameworks.diffcse.pretrain"
+        for key in ("hidden", "layers", "heads", "steps", "batch_size", "max_seq_len"):
+            if getattr(self, key) < 1:
+                _fail(s, key, getattr(self, key), "an integer >= 1")
+        if self.hidden % self.heads:
+            _fail(s, "hidden", self.hidden, f"a multiple of heads ({self.heads})")
+        if not self.lr > 0:
+            _fail(s, "lr", self.lr, "a number > 0")
+        if not 0 < self.mask_ratio < 1:
+            _fail(s, "mask_ratio", self.mask_ratio, "a number in (0, 1)")
+
+
+@dataclass(frozen=True)
+class DiffCSEConfig:
+    """``frameworks.diffcse``: DiffCSE's generator, masking, RTD weight and projector
+    (core/frameworks/diffcse.py; official bert-base values: mask 0.30, lambda 0.005, BatchNorm)."""
+
+    generator: str = ""  # "" = the pretrain_generator stage's MLM; else a hub id or an MLM folder
+    mask_ratio: float = 0.30
+    lambda_weight: float = 0.005
+    batchnorm: bool = True
+    pretrain: GeneratorConfig = field(default_factory=GeneratorConfig)
+    train: dict[str, Any] = field(default_factory=dict)
+    backbones: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s = "frameworks.diffcse"
+        if not 0 < self.mask_ratio < 1:
+            _fail(s, "mask_ratio", self.mask_ratio, "a number in (0, 1)")
+        if not self.lambda_weight >= 0:
+            _fail(s, "lambda_weight", self.lambda_weight, "a number >= 0 (0 = SimCSE's loss)")
+
+
+@dataclass(frozen=True)
+class FrameworksConfig:
+    """``frameworks`` section: each framework's own settings (used by its items only)."""
+
+    promptbert: PromptBERTConfig = field(default_factory=PromptBERTConfig)
+    diffcse: DiffCSEConfig = field(default_factory=DiffCSEConfig)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> FrameworksConfig:
+        data = dict(data or {})
+        unknown = sorted(set(data) - {"promptbert", "diffcse"})
+        if unknown:
+            raise ConfigError(f"params frameworks: unknown key(s) {unknown}; allowed: diffcse, promptbert")
+        diff = dict(data.get("diffcse") or {})
+        pretrain = from_dict(GeneratorConfig, "frameworks.diffcse.pretrain", diff.pop("pretrain", None))
+        return cls(
+            promptbert=from_dict(PromptBERTConfig, "frameworks.promptbert", data.get("promptbert")),
+            diffcse=_with(
+                from_dict(DiffCSEConfig, "frameworks.diffcse", diff), "frameworks.diffcse", pretrain=pretrain
+            ),
+        )
+
+    def settings(self, framework: str) -> PromptBERTConfig | DiffCSEConfig | None:
+        return getattr(self, framework, None)
+
+    def train_layers(self, framework: str, backbone: str) -> list[tuple[str, dict[str, Any]]]:
+        """The framework's train keys over an item's config: ``frameworks.<f>.train``, then
+        ``frameworks.<f>.backbones.<backbone>``."""
+        cfg = self.settings(framework)
+        if cfg is None:
+            return []
+        return [
+            (f"frameworks.{framework}.train", dict(cfg.train)),
+            (f"frameworks.{framework}.backbones.{backbone}", dict(cfg.backbones.get(backbone) or {})),
+        ]
 
 
 _EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,99}$")
@@ -380,6 +511,7 @@ class Params:
     ablation: AblationConfig = field(default_factory=AblationConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    frameworks: FrameworksConfig = field(default_factory=FrameworksConfig)
     backbone_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     loss_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -389,10 +521,13 @@ class Params:
         (a hub id or a folder) if set, else the name itself."""
         return str((self.backbone_overrides.get(backbone) or {}).get("source", backbone))
 
-    def config_layers(self, backbone: str, loss: str) -> list[tuple[str, dict[str, Any]]]:
+    def config_layers(
+        self, backbone: str, loss: str, framework: str = BASE_FRAMEWORK
+    ) -> list[tuple[str, dict[str, Any]]]:
         """The train keys of one item, layer by layer, later layers winning: ``train``, the backbone's
-        overrides (``backbone_overrides.<b>``), the loss's overrides (``loss_overrides.<l>``), then the
-        loss's overrides for this backbone (``backbone_overrides.<b>.losses.<l>``)."""
+        overrides (``backbone_overrides.<b>``), the loss's overrides (``loss_overrides.<l>``), the
+        loss's overrides for this backbone (``backbone_overrides.<b>.losses.<l>``), then for a framework
+        other than SimCSE ``frameworks.<f>.train`` and ``frameworks.<f>.backbones.<b>``."""
         b_over = dict(self.backbone_overrides.get(backbone) or {})
         b_loss = dict((b_over.pop("losses", None) or {}).get(loss) or {})
         b_over.pop("source", None)
@@ -401,26 +536,67 @@ class Params:
             (f"backbone_overrides.{backbone}", b_over),
             (f"loss_overrides.{loss}", dict(self.loss_overrides.get(loss) or {})),
             (f"backbone_overrides.{backbone}.losses.{loss}", b_loss),
+            *self.frameworks.train_layers(framework, backbone),
         ]
 
-    def train_config(self, backbone: str, loss: str, seed: int, **changes: Any) -> TrainConfig:
+    def train_config(
+        self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK, **changes: Any
+    ) -> TrainConfig:
         """One matrix item's effective train config: :meth:`config_layers` merged in order, this item's
         loss and seed, and ``changes`` (train keys) on top."""
         merged: dict[str, Any] = {}
-        for _, layer in self.config_layers(backbone, loss):
+        for _, layer in self.config_layers(backbone, loss, framework):
             merged.update(layer)
         merged.update(loss=loss, seed=seed, **changes)
         if loss in loss_names():  # only this item's loss's hyper-parameters (InfoNCE carries no m)
             own = set(loss_spec(loss).hyper_names)
             for key in set(hyper_params()) - own - set(changes):
                 merged.pop(key, None)
-        return TrainConfig.from_mapping(f"train (backbone {backbone}, loss {loss})", merged)
+        where = f"backbone {backbone}, loss {loss}" + (
+            "" if framework == BASE_FRAMEWORK else f", framework {framework}"
+        )
+        try:
+            return TrainConfig.from_mapping(f"train ({where})", merged)
+        except ConfigError as err:
+            if framework == BASE_FRAMEWORK:
+                raise
+            layers = [name for name, layer in self.config_layers(backbone, loss, framework)[4:] if layer]
+            raise ConfigError(
+                f"{err} (item {where}; framework layers: {', '.join(layers) or 'none'})"
+            ) from err
 
-    def effective_config(self, backbone: str, loss: str, seed: int | None = None) -> dict[str, Any]:
+    def effective_config(
+        self, backbone: str, loss: str, seed: int | None = None, framework: str = BASE_FRAMEWORK
+    ) -> dict[str, Any]:
         """The dict ``focalcse config`` prints and MLflow logs: the effective train config of the item
-        (seed: the first sweep seed unless given)."""
+        (seed: the first sweep seed unless given); for a framework other than SimCSE its own settings
+        under ``framework`` (SimCSE's dict is the train config alone, as before frameworks existed)."""
         seed = self.sweep.seeds[0] if seed is None else seed
-        return self.train_config(backbone, loss, seed).to_dict()
+        out = self.train_config(backbone, loss, seed, framework).to_dict()
+        if framework != BASE_FRAMEWORK:
+            out["framework"] = self.framework_settings(framework)
+        return out
+
+    def framework_settings(self, framework: str) -> dict[str, Any]:
+        """``{"name": f, ...}``: a framework's own settings (no train keys), as saved models record them."""
+        cfg = self.frameworks.settings(framework)
+        if cfg is None:
+            return {"name": framework}
+        values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in ("train", "backbones")}
+        if "pretrain" in values:
+            values["pretrain"] = {f.name: getattr(cfg.pretrain, f.name) for f in fields(cfg.pretrain)}
+        return {"name": framework, **values}
+
+    def framework_items(self) -> list[tuple[str, str, str, int]]:
+        """Every (framework, backbone, loss, seed) the sweep trains, SimCSE first."""
+        sw = self.sweep
+        return [
+            (f, b, loss, s)
+            for f in sw.all_frameworks
+            for b in sw.backbones
+            for loss in sw.losses
+            for s in sw.seeds
+        ]
 
     def with_changes(self, **sections: Any) -> Params:
         """A copy with whole sections replaced (e.g. ``eval=...``)."""
@@ -511,7 +687,7 @@ SECTIONS = {
     "report": ReportConfig,
     "tracking": TrackingConfig,
 }
-OTHER_SECTIONS = ("backbone_overrides", "loss_overrides", "benchmark")
+OTHER_SECTIONS = ("backbone_overrides", "loss_overrides", "frameworks", "benchmark")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
@@ -552,11 +728,18 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     for loss, over in loss_over.items():
         if "loss" in over or "seed" in over:
             raise ConfigError(f"params loss_overrides.{loss}: 'loss' and 'seed' come from the sweep item")
-    params = Params(**built, backbone_overrides=overrides, loss_overrides=loss_over, raw=raw)
+    params = Params(
+        **built,
+        frameworks=FrameworksConfig.from_mapping(raw.get("frameworks")),
+        backbone_overrides=overrides,
+        loss_overrides=loss_over,
+        raw=raw,
+    )
     for backbone in params.sweep.backbones:  # validate every merged train config up front
         check_backbone(backbone, params.backbone_source(backbone))
-        for loss in params.sweep.losses:
-            params.train_config(backbone, loss, params.sweep.seeds[0])
+        for framework in params.sweep.all_frameworks:
+            for loss in params.sweep.losses:
+                params.train_config(backbone, loss, params.sweep.seeds[0], framework)
     check_ablation(params)
     return params
 

@@ -44,14 +44,27 @@ def safe_name(backbone: str) -> str:
     return backbone.replace("/", "__")
 
 
-def run_name(backbone: str, loss: str, seed: int) -> str:
-    """``<backbone>-<loss>-seed<k>``: one matrix item in file names and tracking."""
-    return f"{safe_name(backbone)}-{loss}-seed{seed}"
+# The framework of the ``train`` / ``evaluate`` stages; every other framework's items are the
+# ``train_framework`` / ``evaluate_framework`` stages, whose matrix adds the framework axis
+# (``sweep.frameworks``). SimCSE's paths, names and commands carry no framework, so adding a framework
+# to a sweep leaves every SimCSE item exactly as it was (DVC restores it instead of retraining).
+BASE_FRAMEWORK = "simcse"
+FRAMEWORK_STAGES = {"train": "train_framework", "evaluate": "evaluate_framework"}
 
 
-def stage_name(stage: str, backbone: str, loss: str, seed: int) -> str:
-    """The DVC name of a ``train`` / ``evaluate`` matrix item (``train@<backbone>-<loss>-<seed>``)."""
-    return f"{stage}@{backbone}-{loss}-{seed}"
+def run_name(backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> str:
+    """``<backbone>-<loss>-seed<k>`` (SimCSE) or ``<framework>-<backbone>-<loss>-seed<k>``: one matrix
+    item in file names and tracking."""
+    base = f"{safe_name(backbone)}-{loss}-seed{seed}"
+    return base if framework == BASE_FRAMEWORK else f"{framework}-{base}"
+
+
+def stage_name(stage: str, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> str:
+    """The DVC name of a ``train`` / ``evaluate`` matrix item: ``train@<backbone>-<loss>-<seed>``
+    (SimCSE) or ``train_framework@<framework>-<backbone>-<loss>-<seed>``."""
+    if framework == BASE_FRAMEWORK:
+        return f"{stage}@{backbone}-{loss}-{seed}"
+    return f"{FRAMEWORK_STAGES[stage]}@{framework}-{backbone}-{loss}-{seed}"
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class TrainItem:
     metrics_file: Path
     curve_file: Path
     dev_file: Path
+    generator_dir: Path | None = None  # DiffCSE's generator (the pretrain_generator item)
 
     @property
     def json_outputs(self) -> tuple[Path, Path, Path, Path]:
@@ -102,8 +116,19 @@ class Layout:
     def models_dir(self) -> Path:
         return self.root / "models"
 
-    def model_dir(self, backbone: str, loss: str, seed: int) -> Path:
-        return self.models_dir / safe_name(backbone) / loss / f"seed{seed}"
+    def model_dir(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+        """``models/<backbone>/<loss>/seed<k>`` (SimCSE) or ``models/<framework>/<backbone>/<loss>/seed<k>``."""
+        base = self.models_dir if framework == BASE_FRAMEWORK else self.models_dir / framework
+        return base / safe_name(backbone) / loss / f"seed{seed}"
+
+    @property
+    def generators_dir(self) -> Path:
+        return self.models_dir / "generators"
+
+    def generator_dir(self, backbone: str) -> Path:
+        """The ``pretrain_generator`` item of ``backbone``: DiffCSE's MLM generator trained here (or a
+        record naming the configured hub id / folder instead)."""
+        return self.generators_dir / safe_name(backbone)
 
     # ---------------------------------------------------------------- metrics
     @property
@@ -144,17 +169,17 @@ class Layout:
         """One ``hard_negatives`` item: the starting model and ``loss``'s first-seed model."""
         return self.hard_negatives_dir / f"{safe_name(backbone)}-{loss}.json"
 
-    def train_metrics(self, backbone: str, loss: str, seed: int) -> Path:
-        return self.train_metrics_dir / f"{run_name(backbone, loss, seed)}.json"
+    def train_metrics(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+        return self.train_metrics_dir / f"{run_name(backbone, loss, seed, framework)}.json"
 
-    def loss_curve(self, backbone: str, loss: str, seed: int) -> Path:
-        return self.curves_dir / "loss" / f"{run_name(backbone, loss, seed)}.json"
+    def loss_curve(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+        return self.curves_dir / "loss" / f"{run_name(backbone, loss, seed, framework)}.json"
 
-    def dev_curve(self, backbone: str, loss: str, seed: int) -> Path:
-        return self.curves_dir / "dev" / f"{run_name(backbone, loss, seed)}.json"
+    def dev_curve(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+        return self.curves_dir / "dev" / f"{run_name(backbone, loss, seed, framework)}.json"
 
-    def eval_metrics(self, backbone: str, loss: str, seed: int) -> Path:
-        return self.eval_dir / f"{run_name(backbone, loss, seed)}.json"
+    def eval_metrics(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+        return self.eval_dir / f"{run_name(backbone, loss, seed, framework)}.json"
 
     def ablation_metrics(self, kind: str, value: str) -> Path:
         """``value`` as ``dvc.yaml`` renders the swept number (``0.1``, ``0.05``): it names the file."""
@@ -162,14 +187,15 @@ class Layout:
             raise ValueError(f"ablation kind {kind!r}: expected one of {', '.join(ABLATION_KINDS)}")
         return self.ablation_dir / f"{kind}-{value}.json"
 
-    def train_item(self, backbone: str, loss: str, seed: int) -> TrainItem:
+    def train_item(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> TrainItem:
         return TrainItem(
             corpus_file=self.corpus_file,
             sts_dir=self.sts_dir,
-            model_dir=self.model_dir(backbone, loss, seed),
-            metrics_file=self.train_metrics(backbone, loss, seed),
-            curve_file=self.loss_curve(backbone, loss, seed),
-            dev_file=self.dev_curve(backbone, loss, seed),
+            model_dir=self.model_dir(backbone, loss, seed, framework),
+            metrics_file=self.train_metrics(backbone, loss, seed, framework),
+            curve_file=self.loss_curve(backbone, loss, seed, framework),
+            dev_file=self.dev_curve(backbone, loss, seed, framework),
+            generator_dir=self.generator_dir(backbone),
         )
 
     # ---------------------------------------------------------------- report

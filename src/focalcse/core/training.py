@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -36,6 +36,25 @@ from focalcse.core.gradcache import two_view_loss
 from focalcse.core.losses import build_loss
 from focalcse.core.model import SentenceEncoder
 from focalcse.errors import NonFiniteLossError  # re-exported: importers find it here
+
+
+class FrameworkStep(Protocol):
+    """What :func:`train` asks of a framework other than SimCSE (:mod:`focalcse.core.frameworks`; SimCSE
+    is this loop's own step). Declared here, so the loop depends on no framework module."""
+
+    name: str
+    settings: dict[str, Any]  # the framework's own settings (the resume fingerprint, the model record)
+
+    def attach(self, encoder: SentenceEncoder) -> None:
+        """Add the framework's trained or frozen modules to ``encoder`` (before the optimizer is built,
+        so they train with it and are saved in its checkpoints)."""
+
+    def loss(
+        self, encoder: SentenceEncoder, loss_fn: nn.Module, rows: list[list[int]], device: torch.device
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The training loss of one batch (``rows``: corpus token ids with special tokens) and any
+        extra numbers to log (e.g. its loss parts)."""
+
 
 MetricsCallback = Callable[[dict[str, float], int], None]
 
@@ -112,6 +131,7 @@ class _Loop:
     work: Path
     result: TrainResult
     start_step: int
+    framework: FrameworkStep | None = None  # None: SimCSE's own step
 
     @property
     def total(self) -> int:
@@ -130,6 +150,7 @@ def train(
     work_dir: str | os.PathLike | None = None,
     resume: bool = True,
     parallel: DistributedContext | None = None,
+    framework: FrameworkStep | None = None,
 ) -> TrainResult:
     """Train ``encoder`` on ``corpus`` and leave the best-on-dev model in ``output_dir``.
 
@@ -154,13 +175,16 @@ def train(
         parallel: this process's place in a ``torchrun`` job (:func:`focalcse.core.distributed.init_distributed`);
             ``cfg.batch_size`` is then the global batch, split over the ranks, and the loss uses the
             global batch's negatives. Only rank 0 evaluates, saves, checkpoints and logs. None: one process.
+        framework: a framework other than SimCSE (:mod:`focalcse.core.frameworks`): it adds its modules to
+            ``encoder`` and computes each step's loss from the batch's token ids with the registry's loss.
+            One process without GradCache only (DDP and GradCache are refused).
     """
     output_dir = Path(output_dir)
     work = Path(work_dir) if work_dir is not None else output_dir.parent / f".{output_dir.name}.work"
     parallel = parallel or DistributedContext()
     if not parallel.is_main:  # rank 0 alone evaluates, saves, logs and shows progress
         dev_evaluator, log_metrics, progress = None, _no_log, False
-    loop = _setup(encoder, corpus, cfg, work, parallel, resume)
+    loop = _setup(encoder, corpus, cfg, work, parallel, resume, framework)
     if loop.start_step and progress:
         tqdm.write(f"resuming {cfg.loss} seed {cfg.seed} from step {loop.start_step} ({loop.ckpt.folder})")
 
@@ -182,14 +206,14 @@ def train(
     for step, idx in enumerate(loop.batches[loop.start_step :], start=loop.start_step + 1):
         t0 = time.perf_counter()
         try:
-            loss, lr, grad_norm = _step(loop, cfg, idx, parallel, step)
+            loss, lr, grad_norm, parts = _step(loop, cfg, idx, parallel, step)
         except NonFiniteLossError:
             bar.close()
             raise
         result.train_seconds += time.perf_counter() - t0
         result.sentences_seen += len(idx)
         if step % cfg.log_every == 0 or step == total:
-            metrics = {"loss": float(loss.item()), "lr": float(lr), "grad_norm": grad_norm}
+            metrics = {"loss": float(loss.item()), "lr": float(lr), "grad_norm": grad_norm, **parts}
             result.history.append({"step": step, **metrics})
             log_metrics(metrics, step)
         bar.update(1)
@@ -236,8 +260,21 @@ def _setup(
     work: Path,
     parallel: DistributedContext,
     resume: bool,
+    framework: FrameworkStep | None = None,
 ) -> _Loop:
     """Seed, place the model, build loss / optimizer / schedule / batches, and restore a checkpoint."""
+    if framework is not None:
+        if parallel.distributed:
+            raise ValueError(
+                f"framework {framework.name!r} trains in one process only: torchrun/DDP is not supported for "
+                "it (docs/frameworks.md); run the stage without torchrun"
+            )
+        if cfg.grad_cache_chunk:
+            raise ValueError(
+                f"framework {framework.name!r} does not support GradCache: set train.grad_cache_chunk: 0 for "
+                f"its items (got {cfg.grad_cache_chunk}; docs/frameworks.md)"
+            )
+        framework.attach(encoder)
     torch.manual_seed(parallel.rank_seed(cfg.seed))  # rank 0 keeps cfg.seed
     device = torch.device(cfg.device)
     encoder.to(device)
@@ -274,6 +311,8 @@ def _setup(
     fingerprint = {"config": cfg.to_dict(), "sentences": n, "steps": total}
     if parallel.distributed:  # the sharding depends on it: resume only with the same number of ranks
         fingerprint["world_size"] = parallel.world_size
+    if framework is not None:  # a checkpoint of other framework settings is not resumed
+        fingerprint["framework"] = framework.settings
     ckpt = Checkpointer(work / "last", fingerprint=fingerprint)  # keeps work/last and work/previous
     start_step = ckpt.load(encoder, optimizer, scheduler, result, rank=parallel.rank) if resume else 0
     return _Loop(
@@ -292,12 +331,13 @@ def _setup(
         work=work,
         result=result,
         start_step=start_step,
+        framework=framework,
     )
 
 
 def _step(
     loop: _Loop, cfg: TrainConfig, idx: list[int], parallel: DistributedContext, step: int
-) -> tuple[torch.Tensor, float, float]:
+) -> tuple[torch.Tensor, float, float, dict[str, float]]:
     """One optimizer step on global batch ``idx``.
 
     After ``loss.backward()`` the gradients are complete on every path: GradCache's re-forward runs
@@ -305,20 +345,30 @@ def _step(
     the global one, equal on every rank.
 
     Returns:
-        The loss, the learning rate the step used, and the total gradient norm before clipping.
+        The loss, the learning rate the step used, the total gradient norm before clipping, and a
+        framework's extra numbers (its loss parts; empty for SimCSE).
 
     Raises:
         NonFiniteLossError: the loss or the gradient norm is NaN or inf (before the optimizer step, so
             the weights stay finite).
     """
-    ids, mask = pad_batch([loop.ids_column[i] for i in parallel.shard(idx)], loop.pad_id)  # this rank's part
-    ids2, mask2 = (
-        torch.cat([ids, ids]).to(loop.device),
-        torch.cat([mask, mask]).to(loop.device),
-    )  # (2N, L): two views
-    with autocast_context(loop.device, cfg.precision):
-        # forward (2N, L) -> (2N, d), loss of view 1 vs view 2; in chunks with GradCache
-        loss = two_view_loss(loop.model, loop.loss_fn, ids2, mask2, cfg.grad_cache_chunk)
+    parts: dict[str, float] = {}
+    if loop.framework is not None:  # one process (refused otherwise in _setup)
+        with autocast_context(loop.device, cfg.precision):
+            loss, parts = loop.framework.loss(
+                loop.encoder, loop.loss_fn, [loop.ids_column[i] for i in idx], loop.device
+            )
+    else:
+        ids, mask = pad_batch(
+            [loop.ids_column[i] for i in parallel.shard(idx)], loop.pad_id
+        )  # this rank's part
+        ids2, mask2 = (
+            torch.cat([ids, ids]).to(loop.device),
+            torch.cat([mask, mask]).to(loop.device),
+        )  # (2N, L): two views
+        with autocast_context(loop.device, cfg.precision):
+            # forward (2N, L) -> (2N, d), loss of view 1 vs view 2; in chunks with GradCache
+            loss = two_view_loss(loop.model, loop.loss_fn, ids2, mask2, cfg.grad_cache_chunk)
     if not torch.isfinite(loss):
         raise NonFiniteLossError(
             f"loss is {loss.item()} at step {step} (loss={cfg.loss}, lr={cfg.lr}, temperature={cfg.temperature}); "
@@ -340,7 +390,7 @@ def _step(
     loop.optimizer.step()
     lr = loop.scheduler.get_last_lr()[0]
     loop.scheduler.step()
-    return loss, lr, grad_norm
+    return loss, lr, grad_norm, parts
 
 
 def _evaluate_dev(

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import Params
+from focalcse.config import BASE_FRAMEWORK, Params
 from focalcse.data.tasks import TASKS
 from focalcse.errors import TrackingUnavailableError  # re-exported: importers find it here
 from focalcse.layout import COMPANION_KEYS, Layout, companion_file, run_name, safe_name, stage_name
@@ -576,6 +576,10 @@ class TrainRun:
         except ImportError:
             print("warning: sentence-transformers is not installed: no MLflow model logged", file=sys.stderr)
         else:
+            if not sentence_transformers_folder(model_dir):  # e.g. PromptBERT: its folder refuses ST
+                print(f"{model_dir.name}: not a sentence-transformers model; logged as files only")
+                self._send({"t": "tag", "k": "model_sha256", "v": folder_fingerprint(model_dir)})
+                return
             register = os.environ.get("FOCALCSE_REGISTER_MODEL", "").strip() or None
             self._send({"t": "model", "path": str(model_dir), "register": register})
         self._send({"t": "tag", "k": "model_sha256", "v": folder_fingerprint(model_dir)})
@@ -624,6 +628,15 @@ class _NoRun:
         return None
 
 
+def sentence_transformers_folder(model_dir: str | os.PathLike) -> bool:
+    """Whether ``SentenceTransformer(model_dir)`` builds the model as evaluated: every module its
+    ``modules.json`` names is a sentence-transformers one (a PromptBERT folder names a refusing module)."""
+    f = Path(model_dir) / "modules.json"
+    if not f.is_file():
+        return False
+    return all(str(m.get("type", "")).startswith("sentence_transformers.") for m in json.loads(f.read_text()))
+
+
 def _alive(pid: Any, host: Any) -> bool:
     if host != socket.gethostname():
         return True  # another machine's: cannot tell, leave it
@@ -664,6 +677,7 @@ def train_run(
     loss: str,
     seed: int,
     work_dir: str | os.PathLike | None = None,
+    framework: str = BASE_FRAMEWORK,
 ) -> Iterator[TrainRun | _NoRun]:
     """Open the MLflow run of one train matrix item (connectivity checked first); it ends FINISHED,
     FAILED with the error as a tag if the body raises, KILLED on KeyboardInterrupt.
@@ -684,9 +698,9 @@ def train_run(
     from mlflow.entities import Param
 
     # ConfigError before touching the store; the same dict `focalcse config` prints
-    effective = params.effective_config(backbone, loss, seed)
+    effective = params.effective_config(backbone, loss, seed, framework)
     client, exp_id, uri = client_and_experiment(params)
-    stage = stage_name("train", backbone, loss, seed)
+    stage = stage_name("train", backbone, loss, seed, framework)
     values = {
         **flatten(effective, "train."),
         "backbone": backbone,
@@ -722,10 +736,11 @@ def train_run(
             "backbone": backbone,
             "loss": loss,
             "seed": str(seed),
+            "framework": framework,
             "focalcse_stage": "train",
             **me,
         }
-        run = client.create_run(exp_id, tags=tags, run_name=run_name(backbone, loss, seed))
+        run = client.create_run(exp_id, tags=tags, run_name=run_name(backbone, loss, seed, framework))
         run_id = run.info.run_id
         print(f"MLflow run {run_id} in experiment {experiment_name(params)!r} at {redact(uri)}")
         items = [Param(k, v) for k, v in values.items()]
@@ -781,6 +796,7 @@ def log_evaluation(
     model_dir: str | os.PathLike,
     result: dict[str, Any],
     result_file: str | os.PathLike | None = None,
+    framework: str = BASE_FRAMEWORK,
 ) -> str | None:
     """Attach an evaluation to the train run that produced ``model_dir`` (by fingerprint); without
     one (model restored from DVC's cache or a remote), a new run with the same tags. Returns the run id."""
@@ -790,14 +806,20 @@ def log_evaluation(
 
     client, exp_id, uri = client_and_experiment(params)
     run_id = find_train_run(client, exp_id, model_dir)
-    stage = os.environ.get("DVC_STAGE", stage_name("evaluate", backbone, loss, seed))
+    stage = os.environ.get("DVC_STAGE", stage_name("evaluate", backbone, loss, seed, framework))
     tags = {"dvc_stage_evaluate": stage, "evaluated": "true"}
     if run_id is None:
-        base = {**_base_tags(params, stage), "backbone": backbone, "loss": loss, "seed": str(seed)}
+        base = {
+            **_base_tags(params, stage),
+            "backbone": backbone,
+            "loss": loss,
+            "seed": str(seed),
+            "framework": framework,
+        }
         run = client.create_run(
             exp_id,
             tags={**base, "focalcse_stage": "evaluate", "linked_train_run": "none"},
-            run_name=run_name(backbone, loss, seed),
+            run_name=run_name(backbone, loss, seed, framework),
         )
         run_id = run.info.run_id
         new = True

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.atomic import write_json
-from focalcse.config import Params
+from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS, Params
 from focalcse.data.corpus import read_sentences, sample_sentences
 from focalcse.data.sources import corpus_path, senteval_dir
 from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
@@ -58,12 +58,12 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
 def expected_outputs(params: Params, layout: Layout) -> set[Path]:
     """Every per-item output path of the current sweep and ablation lists (with companions)."""
     sw, out = params.sweep, set()
+    for fw, b, loss, seed in params.framework_items():
+        it = layout.train_item(b, loss, seed, fw)
+        ev = layout.eval_metrics(b, loss, seed, fw)
+        out |= {it.model_dir, *it.json_outputs, ev, *(companion_file(ev, k) for k in COMPANION_KEYS)}
     for b in sw.backbones:
         for loss in sw.losses:
-            for seed in sw.seeds:
-                it = layout.train_item(b, loss, seed)
-                out |= {it.model_dir, *it.json_outputs, layout.eval_metrics(b, loss, seed)}
-                out |= {companion_file(layout.eval_metrics(b, loss, seed), k) for k in COMPANION_KEYS}
             hn = layout.hard_negatives_file(b, loss)
             out |= {hn, companion_file(hn, "meta")}
     return out
@@ -73,16 +73,21 @@ _SEED_ENTRY = re.compile(r"^\.?seed(\d+)(\..+)?$")  # seed3, .seed3.work, .seed3
 
 
 def _stale_models(params: Params, layout: Layout) -> list[Path]:
-    """Model folders (and their ``.seedN.*`` work / aside folders) of items outside the sweep."""
-    sw = params.sweep
-    wanted = {(safe_name(b), loss, seed) for b in sw.backbones for loss in sw.losses for seed in sw.seeds}
+    """Model folders (and their ``.seedN.*`` work / aside folders) of items outside the sweep:
+    ``models/<backbone>/<loss>/seed<k>`` (SimCSE) and ``models/<framework>/<backbone>/<loss>/seed<k>``."""
+    wanted = {(fw, safe_name(b), loss, seed) for fw, b, loss, seed in params.framework_items()}
+    others = [f for f in FRAMEWORKS if f != BASE_FRAMEWORK]
     stale = []
-    for entry in sorted(layout.models_dir.glob("*/*/*")) if layout.models_dir.is_dir() else ():
+    if not layout.models_dir.is_dir():
+        return stale
+    entries = [(BASE_FRAMEWORK, e) for e in layout.models_dir.glob("*/*/*") if e.parts[-3] not in others]
+    entries += [(fw, e) for fw in others for e in (layout.models_dir / fw).glob("*/*/*")]
+    for fw, entry in sorted(entries):
         match = _SEED_ENTRY.match(entry.name)
         if (
             match
             and entry.is_dir()
-            and (entry.parent.parent.name, entry.parent.name, int(match[1])) not in wanted
+            and (fw, entry.parent.parent.name, entry.parent.name, int(match[1])) not in wanted
         ):
             stale.append(entry)
     return stale
@@ -126,8 +131,8 @@ def prune_stale(params: Params, layout: Layout) -> list[Path]:
     stale += _stale_ablation(params, layout) + _stale_models(params, layout)
     for path in stale:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
-    for folder in {p.parent for p in stale if p.parent.parent.parent == layout.models_dir}:
-        for empty in (folder, folder.parent):  # models/<b>/<loss>, then models/<b>, once empty
+    for folder in {p.parent for p in stale if layout.models_dir in p.parents}:
+        for empty in (folder, folder.parent):  # models/[<framework>/]<b>/<loss>, then <b>, once empty
             if empty.is_dir() and not any(p for p in empty.iterdir() if p.name != ".gitignore"):
                 shutil.rmtree(empty)
     if stale:

@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from focalcse.config import EvalConfig, Params
+from focalcse.config import BASE_FRAMEWORK, EvalConfig, Params
 from focalcse.core.model import SentenceEncoder, read_record
 from focalcse.eval.sts_eval import evaluate_sts
 from focalcse.layout import Layout
@@ -18,15 +18,25 @@ SETTING = "all (STS12-16 subsets pooled); wmean under 'wmean'"
 
 
 def run(
-    params: Params, layout: Layout, backbone: str, loss: str, seed: int, progress: bool = True
+    params: Params,
+    layout: Layout,
+    backbone: str,
+    loss: str,
+    seed: int,
+    progress: bool = True,
+    framework: str = BASE_FRAMEWORK,
 ) -> dict[str, Any]:
-    """Score the matrix item's model folder into ``layout.eval_metrics(...)``."""
+    """Score the matrix item's model folder into ``layout.eval_metrics(...)``. The folder's record
+    says how it encodes (pooler; a PromptBERT model its template and denoising)."""
+    identity: dict[str, Any] = {"backbone": backbone, "loss": loss, "seed": seed}
+    if framework != BASE_FRAMEWORK:
+        identity["framework"] = framework
     return evaluate_model(
         params.eval,
-        layout.model_dir(backbone, loss, seed),
+        layout.model_dir(backbone, loss, seed, framework),
         layout.sts_dir,
-        layout.eval_metrics(backbone, loss, seed),
-        identity={"backbone": backbone, "loss": loss, "seed": seed},
+        layout.eval_metrics(backbone, loss, seed, framework),
+        identity=identity,
         progress=progress,
     )
 

@@ -1,12 +1,15 @@
-"""Step ``train``: one backbone × loss × seed run; the best-on-dev model, a metrics JSON, two curves."""
+"""Step ``train``: one (framework ×) backbone × loss × seed run; the best-on-dev model, a metrics JSON,
+two curves. SimCSE is the training loop's own step; PromptBERT and DiffCSE plug a
+:class:`focalcse.core.frameworks.FrameworkStep` into it (:func:`framework_encoder`)."""
 
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any
 
 from focalcse.atomic import write_json
-from focalcse.config import Params, TrainConfig
+from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.model import SentenceEncoder
 from focalcse.core.training import MetricsCallback, sha256_file, tokenize_corpus, train
@@ -25,12 +28,36 @@ def run(
     log_metrics: MetricsCallback | None = None,
     progress: bool = True,
     parallel: DistributedContext | None = None,
+    framework: str = BASE_FRAMEWORK,
 ) -> dict[str, Any]:
-    """Train matrix item (backbone, loss, seed) into the layout's paths; see :func:`train_item`."""
-    cfg = params.train_config(backbone, loss, seed)
-    return train_item(
-        params, cfg, backbone, layout.train_item(backbone, loss, seed), log_metrics, progress, parallel
-    )
+    """Train matrix item (framework, backbone, loss, seed) into the layout's paths; see :func:`train_item`."""
+    cfg = params.train_config(backbone, loss, seed, framework)
+    item = layout.train_item(backbone, loss, seed, framework)
+    return train_item(params, cfg, backbone, item, log_metrics, progress, parallel, framework)
+
+
+def framework_encoder(
+    params: Params, cfg: TrainConfig, backbone: str, item: TrainItem, framework: str
+) -> tuple[SentenceEncoder, Any, int]:
+    """``(encoder, step, corpus_max_len)`` of one item: the encoder to train, the framework's training
+    step (None for SimCSE, the loop's own) and the token budget the corpus is tokenised with.
+
+    A framework other than SimCSE is its module ``focalcse.core.frameworks.<name>``, imported by name
+    (so SimCSE's items depend on no framework module) and asked for ``training_setup(source, cfg,
+    settings, generator_dir)``."""
+    source = params.backbone_source(backbone)
+    if framework == BASE_FRAMEWORK:
+        encoder = SentenceEncoder.from_pretrained(
+            source,
+            pooler=cfg.pooler,
+            mlp_only_train=cfg.mlp_only_train,
+            max_seq_len=cfg.max_seq_len,
+            mlp_init="fresh",
+            seed=cfg.seed,
+        )
+        return encoder, None, cfg.max_seq_len
+    module = importlib.import_module(f"focalcse.core.frameworks.{framework}")
+    return module.training_setup(source, cfg, params.frameworks.settings(framework), item.generator_dir)
 
 
 def train_item(
@@ -41,27 +68,24 @@ def train_item(
     log_metrics: MetricsCallback | None = None,
     progress: bool = True,
     parallel: DistributedContext | None = None,
+    framework: str = BASE_FRAMEWORK,
 ) -> dict[str, Any]:
-    """Train ``cfg`` on ``backbone``; write the best model, a metrics JSON and the loss / dev curves.
+    """Train ``cfg`` on ``backbone`` with ``framework``; write the best model, a metrics JSON and the
+    loss / dev curves.
 
     ``parallel``: one rank of a ``torchrun`` job; only rank 0 evaluates and writes, the others
-    return ``{}``.
+    return ``{}`` (SimCSE only: the other frameworks refuse DDP).
     """
     source = params.backbone_source(backbone)
     start = time.perf_counter()
-    encoder = SentenceEncoder.from_pretrained(
-        source,
-        pooler=cfg.pooler,
-        mlp_only_train=cfg.mlp_only_train,
-        max_seq_len=cfg.max_seq_len,
-        mlp_init="fresh",
-        seed=cfg.seed,
-    )
+    encoder, step, corpus_len = framework_encoder(params, cfg, backbone, item, framework)
     parallel = parallel or DistributedContext()
     with parallel.main_first():  # rank 0 fills the datasets cache, the others read it
-        corpus = tokenize_corpus(item.corpus_file, encoder.tokenizer, cfg.max_seq_len)
+        corpus = tokenize_corpus(item.corpus_file, encoder.tokenizer, corpus_len)
     dev = stsb_dev_evaluator(str(item.sts_dir), batch_size=params.eval.batch_size, precision=cfg.precision)
     identity = {"backbone": backbone, "backbone_source": source, "loss": cfg.loss, "seed": cfg.seed}
+    if step is not None:  # SimCSE's records stay as they were before frameworks existed
+        identity["framework"] = {**params.framework_settings(framework), **step.settings}
     result = train(
         encoder,
         corpus,
@@ -72,6 +96,7 @@ def train_item(
         save_extra={**identity, "train_config": cfg.to_dict()},
         progress=progress,
         parallel=parallel,
+        framework=step,
     )
     if not parallel.is_main:
         return {}
