@@ -43,9 +43,17 @@ def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
 def tokenize_unique(
     encoder: torch.nn.Module, sentences: Sequence[str], max_length: int | None = None
 ) -> list[list[int]]:
-    """Token ids of ``sentences`` (with special tokens, truncated, unpadded) as :func:`encode` uses them."""
+    """Token ids of ``sentences`` (unpadded) as :func:`encode` uses them: the encoder's own
+    ``sentence_ids`` (:meth:`focalcse.core.model.SentenceEncoder.sentence_ids`; a PromptBERT encoder
+    puts each sentence in its template), else the tokenizer's ids with special tokens, truncated.
+
+    ``max_length``: the longest row; default the model's position limit (:func:`eval_max_length`).
+    """
     if max_length is None:
         max_length = eval_max_length(encoder)
+    sentence_ids = getattr(encoder, "sentence_ids", None)
+    if sentence_ids is not None:
+        return sentence_ids(sentences, max_length)
     return encoder.tokenizer(
         list(sentences), truncation=True, max_length=max_length, add_special_tokens=True
     )["input_ids"]
@@ -100,7 +108,8 @@ def encode(
     restored afterwards.
 
     Args:
-        encoder: a :class:`focalcse.core.model.SentenceEncoder`.
+        encoder: a :class:`focalcse.core.model.SentenceEncoder` (or a subclass such as
+            :class:`focalcse.core.frameworks.promptbert.PromptEncoder`).
         sentences: input sentences.
         batch_size: sentences per forward.
         max_length: truncation; default the model's position limit (SimCSE evaluates untruncated).

@@ -10,12 +10,19 @@ evaluation, so the *evaluation* pooler is ``cls_before_pooler``. A saved folder 
 ``focalcse.json`` and in sentence-transformers' module files, so no reader can silently pick another.
 For ``cls`` the MLP is written into the backbone's own pooler weights (as SimCSE's release scripts do),
 so ``AutoModel(...).pooler_output`` of a saved folder is exactly the trained MLP's output.
+
+A framework's encoder (PromptBERT's :class:`~focalcse.core.frameworks.promptbert.PromptEncoder`, a
+subclass) also records how it builds its vectors (``framework`` in ``focalcse.json``), so
+:meth:`SentenceEncoder.from_pretrained` rebuilds that class; its ``modules.json`` makes
+sentence-transformers refuse the folder rather than score it differently.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +35,9 @@ from focalcse.atomic import staged_dir
 from focalcse.core.backbones import DEFAULT_BACKBONE, POOLERS, resolve_backbone  # noqa: F401
 
 RECORD_FILE = "focalcse.json"
+# Frameworks whose saved models encode differently from SimCSE's poolers: their module's ``ENCODER``
+# class loads such a folder (a DiffCSE model is a plain [CLS] encoder and needs none).
+ENCODING_FRAMEWORKS = ("promptbert",)
 
 
 def _check_pooler(pooler: str) -> str:
@@ -46,6 +56,32 @@ class EncoderRecord:
     max_seq_len: int
     backbone: str
     extra: dict[str, Any] | None = None
+    # A framework other than SimCSE and how it builds the sentence vector, e.g. PromptBERT's
+    # {"name": "promptbert", "templates": [...], ...}; absent (None) for a SimCSE model, whose
+    # focalcse.json then has no "framework" key at all (see :func:`record_json`).
+    framework: dict[str, Any] | None = None
+
+
+def record_json(record: EncoderRecord) -> str:
+    """The text of ``focalcse.json``: the record as indented JSON, without a ``framework`` key when it
+    is None (so a SimCSE model's file is byte-for-byte what it was before frameworks existed)."""
+    data = asdict(record)
+    if data["framework"] is None:
+        del data["framework"]
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _framework_class(framework: dict[str, Any], where: str) -> tuple[type[SentenceEncoder], dict[str, Any]]:
+    """The encoder class and its constructor options for a record's ``framework`` entry."""
+    name = framework.get("name")
+    if name in ENCODING_FRAMEWORKS:
+        # by name: SimCSE's stages depend on no framework module (tests/test_dvc_deps.py), and
+        # promptbert imports core.encode, which imports this module
+        cls = importlib.import_module(f"focalcse.core.frameworks.{name}").ENCODER
+        return cls, cls.options_from_record(framework)
+    raise ValueError(
+        f"{where}: focalcse.json names an unknown framework {name!r} (known: {', '.join(ENCODING_FRAMEWORKS)})"
+    )
 
 
 class SentenceEncoder(nn.Module):
@@ -92,8 +128,14 @@ class SentenceEncoder(nn.Module):
         mlp_init: str = "fresh",
         seed: int | None = None,
         attn_implementation: str | None = "sdpa",
+        **options: Any,
     ) -> SentenceEncoder:
         """Load a backbone (hub id, folder, or ``all-MiniLM-L6-v2``) and attach a pooler.
+
+        A folder saved by this project for a framework other than SimCSE (its ``focalcse.json`` has a
+        ``framework`` entry) comes back as that framework's encoder, whichever class this is called on:
+        a PromptBERT folder as a :class:`~focalcse.core.frameworks.promptbert.PromptEncoder` with its
+        recorded templates and denoising.
 
         Args:
             name_or_path: backbone reference (see :func:`resolve_backbone`).
@@ -106,9 +148,15 @@ class SentenceEncoder(nn.Module):
                 evaluation does with ``--pooler cls``).
             seed: seeds the fresh MLP's initialisation (None: the current torch RNG state).
             attn_implementation: passed to ``AutoModel``; ``sdpa`` is PyTorch's fused attention.
+            options: further constructor arguments of a subclass (e.g. ``PromptEncoder``'s
+                ``templates``); for a framework folder they override the recorded ones.
         """
         path = resolve_backbone(name_or_path)
         record = read_record(path)
+        target: type[SentenceEncoder] = cls
+        if record is not None and record.framework is not None:
+            target, recorded = _framework_class(record.framework, str(name_or_path))
+            options = {**recorded, **options}
         if record is not None:
             if pooler is None:
                 pooler = record.eval_pooler
@@ -131,7 +179,9 @@ class SentenceEncoder(nn.Module):
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         if seed is not None:
             torch.manual_seed(seed)
-        enc = cls(backbone, tokenizer, pooler, mlp_only_train, max_seq_len, source=str(name_or_path))
+        enc = target(
+            backbone, tokenizer, pooler, mlp_only_train, max_seq_len, source=str(name_or_path), **options
+        )
         if enc.mlp is not None and mlp_init == "pretrained":
             dense = _backbone_pooler_dense(backbone)
             if dense is None:
@@ -161,6 +211,16 @@ class SentenceEncoder(nn.Module):
     @property
     def eval_pooler(self) -> str:
         return "cls_before_pooler" if self.mlp_only_train else self.pooler
+
+    def sentence_ids(self, sentences: Sequence[str], max_length: int | None = None) -> list[list[int]]:
+        """Token ids of ``sentences`` as :meth:`forward` reads them at evaluation: with the tokenizer's
+        special tokens, truncated to ``max_length`` (default: the model's position limit,
+        :func:`eval_max_length`), unpadded. :func:`focalcse.core.encode.encode` tokenizes with this."""
+        if max_length is None:
+            max_length = eval_max_length(self)
+        return self.tokenizer(
+            list(sentences), truncation=True, max_length=max_length, add_special_tokens=True
+        )["input_ids"]
 
     def tokenize(self, sentences: list[str]) -> dict[str, torch.Tensor]:
         return self.tokenizer(
@@ -214,12 +274,22 @@ class SentenceEncoder(nn.Module):
                 max_seq_len=self.max_seq_len,
                 backbone=self.source,
                 extra=extra,
+                framework=self.framework_record(),
             )
-            (tmp / RECORD_FILE).write_text(json.dumps(asdict(record), indent=2) + "\n")
-            _write_sentence_transformers_files(
-                tmp, eval_pooler, self.backbone.config.hidden_size, eval_max_length(self), self.mlp
-            )
+            (tmp / RECORD_FILE).write_text(record_json(record))
+            self._write_export_files(tmp)
         return path
+
+    def framework_record(self) -> dict[str, Any] | None:
+        """The ``framework`` entry of ``focalcse.json``: None for SimCSE (a subclass says how it
+        builds its vectors, so :meth:`from_pretrained` can rebuild it)."""
+        return None
+
+    def _write_export_files(self, folder: Path) -> None:
+        """Files for other libraries besides the backbone and tokenizer: sentence-transformers' modules."""
+        _write_sentence_transformers_files(
+            folder, self.eval_pooler, self.backbone.config.hidden_size, eval_max_length(self), self.mlp
+        )
 
 
 def init_mlp(linear: nn.Linear, config: Any) -> None:

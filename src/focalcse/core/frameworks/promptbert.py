@@ -26,22 +26,36 @@ Follows the official code, github.com/kongds/Prompt-BERT (commit 690ba6e), whose
   unsupervised models are scored *without* denoising and without the MLP, the supervised ones with
   denoising. See :func:`eval_vectors`.
 
-Plain torch plus a Hugging Face tokenizer and model (``AutoModel``: BERT, RoBERTa, ...).
+The building blocks above are plain torch plus a Hugging Face tokenizer and model (``AutoModel``:
+BERT, RoBERTa, ...). :class:`PromptEncoder` puts them on the project's one encode path: a
+:class:`~focalcse.core.model.SentenceEncoder` whose :meth:`~PromptEncoder.sentence_ids` builds the
+templated evaluation rows and whose ``forward`` reads the mask vector (denoised with ``eval_denoise``),
+with :meth:`~PromptEncoder.training_views` for training. A saved PromptBERT folder records its templates
+and denoising in ``focalcse.json`` (``framework``), so ``SentenceEncoder.from_pretrained`` rebuilds it;
+its ``modules.json`` refuses sentence-transformers (:class:`NotSentenceTransformers`), which cannot
+express the denoised mask vector. :func:`training_setup` and :class:`PromptBERTStep` plug it into the
+training loop (:mod:`focalcse.core.frameworks`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from focalcse.core.encode import pad_batch
+from focalcse.core.model import SentenceEncoder, eval_max_length
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from focalcse.config import PromptBERTConfig
 
 MASK_SLOT = "*mask*"
 SENTENCE_SLOT = "*sent_0*"
@@ -164,6 +178,32 @@ def _mask_position(head: list[int], tail: list[int], n_sentence: int, mask_id: i
     return len(head) + n_sentence + tail.index(mask_id)
 
 
+def _fill(
+    head: list[int], tail: list[int], sentences: Sequence[Sequence[int]], mask_id: int
+) -> tuple[list[list[int]], list[int], list[int]]:
+    """``bs + s + es`` rows (train.py 687) of already cut sentence token ids, their mask positions and
+    sentence lengths."""
+    rows, masks, lengths = [], [], []
+    for s in sentences:
+        s = list(s)
+        rows.append(head + s + tail)
+        masks.append(_mask_position(head, tail, len(s), mask_id))
+        lengths.append(len(s))
+    return rows, masks, lengths
+
+
+def _with_period(sentences: Sequence[str]) -> list[str]:
+    """evaluation.py 200-201: a ``.`` after a sentence not ending in one of ``.?"'``."""
+    return [s + "." if len(s) > 0 and s[-1] not in EVAL_PERIOD_EXEMPT else s for s in sentences]
+
+
+def _sentence_ids(tokenizer: PreTrainedTokenizerBase, sentences: Sequence[str]) -> list[list[int]]:
+    """Each sentence's tokens alone, no special tokens (train.py 686)."""
+    if not sentences:
+        return []
+    return [list(ids) for ids in tokenizer(list(sentences), add_special_tokens=False)["input_ids"]]
+
+
 def _rows(
     tokenizer: PreTrainedTokenizerBase,
     sentences: Sequence[str],
@@ -174,8 +214,8 @@ def _rows(
 ) -> tuple[list[list[int]], list[int], list[int]]:
     """Unpadded ``bs + s + es`` rows, their mask positions and sentence lengths."""
     head, tail = template_token_ids(tokenizer, template)
-    if add_period:  # evaluation.py 200-201
-        sentences = [s + "." if len(s) > 0 and s[-1] not in EVAL_PERIOD_EXEMPT else s for s in sentences]
+    if add_period:
+        sentences = _with_period(sentences)
     budget = max_seq_len
     if max_seq_len is not None and count_template:
         budget = max_seq_len - len(head) - len(tail)
@@ -183,20 +223,22 @@ def _rows(
             raise ValueError(
                 f"max_seq_len {max_seq_len} is shorter than the template ({len(head) + len(tail)} tokens)"
             )
-    encoded = tokenizer(list(sentences), add_special_tokens=False)["input_ids"] if sentences else []
-    rows, masks, lengths = [], [], []
-    for ids in encoded:
-        s = list(ids)[:budget] if budget is not None else list(ids)  # train.py 686: [:max_seq_length]
-        rows.append(head + s + tail)  # train.py 687
-        masks.append(_mask_position(head, tail, len(s), tokenizer.mask_token_id))
-        lengths.append(len(s))
-    return rows, masks, lengths
+    encoded = _sentence_ids(tokenizer, sentences)
+    cut = [ids[:budget] if budget is not None else ids for ids in encoded]  # train.py 686: [:max_seq_length]
+    return _fill(head, tail, cut, tokenizer.mask_token_id)
+
+
+def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
 def _pack(
     tokenizer: PreTrainedTokenizerBase, rows: list[list[int]], masks: list[int], lengths: list[int]
 ) -> PromptBatch:
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return _pack_ids(_pad_id(tokenizer), rows, masks, lengths)
+
+
+def _pack_ids(pad_id: int, rows: list[list[int]], masks: list[int], lengths: list[int]) -> PromptBatch:
     input_ids, attention_mask = pad_batch(rows, pad_id)  # right padding, as train.py 695-699
     return PromptBatch(
         input_ids,
@@ -271,12 +313,19 @@ def template_only_inputs(
         A :class:`PromptBatch` (CPU tensors) with ``position_ids`` set.
     """
     head, tail = template_token_ids(tokenizer, template)
+    return _template_only_batch(head, tail, tokenizer.mask_token_id, sentence_lengths)
+
+
+def _template_only_batch(
+    head: list[int], tail: list[int], mask_id: int, sentence_lengths: torch.Tensor | Sequence[int]
+) -> PromptBatch:
+    """:func:`template_only_inputs` from the template's token ids."""
     lengths = torch.as_tensor(sentence_lengths, dtype=torch.long).reshape(-1).cpu()  # (N,)
     ids = torch.tensor(head + tail, dtype=torch.long)  # (T,)
     n, width = lengths.shape[0], ids.shape[0]
     after_sentence = (torch.arange(width) >= len(head)).long()  # (T,) 1 from the first suffix token on
     position_ids = torch.arange(width).unsqueeze(0) + lengths.unsqueeze(1) * after_sentence  # (N, T)
-    mask_at = _mask_position(head, tail, 0, tokenizer.mask_token_id)
+    mask_at = _mask_position(head, tail, 0, mask_id)
     return PromptBatch(
         input_ids=ids.unsqueeze(0).repeat(n, 1),
         attention_mask=torch.ones(n, width, dtype=torch.long),
@@ -329,9 +378,22 @@ def template_vectors(
     ``--mask_embedding_sentence_delta_freeze`` (``models.py`` 79: ``set_grad_enabled(not freeze)``);
     the default lets the gradient flow, as the official training does.
     """
+    head, tail = template_token_ids(tokenizer, template)
+    return _template_vectors(backbone, head, tail, tokenizer.mask_token_id, sentence_lengths, detach)
+
+
+def _template_vectors(
+    backbone: nn.Module,
+    head: list[int],
+    tail: list[int],
+    mask_id: int,
+    sentence_lengths: torch.Tensor,
+    detach: bool = False,
+) -> torch.Tensor:
+    """:func:`template_vectors` from the template's token ids."""
     device = next(backbone.parameters()).device
     unique, inverse = torch.unique(sentence_lengths.cpu(), return_inverse=True)
-    batch = template_only_inputs(tokenizer, template, unique).to(device)
+    batch = _template_only_batch(head, tail, mask_id, unique).to(device)
     with torch.set_grad_enabled(torch.is_grad_enabled() and not detach):
         delta = prompt_vectors(
             backbone, batch.input_ids, batch.attention_mask, batch.mask_positions, batch.position_ids
@@ -411,20 +473,38 @@ def training_views(
         detach_template: stop the gradient at the template vectors (official default: no).
         head: applied to both views after denoising (official: SimCSE's MLP).
     """
+    ids = (template_token_ids(tokenizer, templates[0]), template_token_ids(tokenizer, templates[1]))
+    encoded = _sentence_ids(tokenizer, sentences)
+    cut = [s[:max_seq_len] if max_seq_len is not None else s for s in encoded]  # train.py 686
+    return _views(
+        backbone, _pad_id(tokenizer), tokenizer.mask_token_id, ids, cut, denoise, detach_template, head
+    )
+
+
+def _views(
+    backbone: nn.Module,
+    pad_id: int,
+    mask_id: int,
+    template_ids: tuple[tuple[list[int], list[int]], tuple[list[int], list[int]]],
+    sentences: Sequence[Sequence[int]],
+    denoise: bool,
+    detach_template: bool,
+    head: nn.Module | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`training_views` from the two templates' ``(head, tail)`` ids and the sentences' (cut) ids."""
     device = next(backbone.parameters()).device
-    first = _rows(tokenizer, sentences, templates[0], max_seq_len, False, False)
-    second = _rows(tokenizer, sentences, templates[1], max_seq_len, False, False)
+    (h1, t1), (h2, t2) = template_ids
+    first = _fill(h1, t1, sentences, mask_id)
+    second = _fill(h2, t2, sentences, mask_id)
     n = len(first[0])
-    batch = _pack(tokenizer, first[0] + second[0], first[1] + second[1], first[2] + second[2]).to(device)
+    batch = _pack_ids(pad_id, first[0] + second[0], first[1] + second[1], first[2] + second[2]).to(device)
     z = prompt_vectors(backbone, batch.input_ids, batch.attention_mask, batch.mask_positions)  # (2N, d)
     if denoise:
         lengths = batch.sentence_lengths
         z = torch.cat(
             [
-                z[:n]
-                - template_vectors(backbone, tokenizer, templates[0], lengths[:n], detach=detach_template),
-                z[n:]
-                - template_vectors(backbone, tokenizer, templates[1], lengths[n:], detach=detach_template),
+                z[:n] - _template_vectors(backbone, h1, t1, mask_id, lengths[:n], detach_template),
+                z[n:] - _template_vectors(backbone, h2, t2, mask_id, lengths[n:], detach_template),
             ]
         )
     if head is not None:
@@ -461,3 +541,338 @@ def eval_vectors(
         if denoise:
             return denoised_vectors(backbone, tokenizer, batch, template)
         return prompt_vectors(backbone, batch.input_ids, batch.attention_mask, batch.mask_positions)
+
+
+# ---------------------------------------------------------------- the encoder
+ROBERTA_FAMILY = ("roberta", "xlm-roberta")  # model types that get the official RoBERTa templates
+TEMPLATE_CHOICES = ("auto", "bert", "roberta")
+FRAMEWORK_NAME = "promptbert"
+
+
+def official_templates(config_or_model_type: Any, choice: str = "auto") -> tuple[Template, Template]:
+    """The official training pair for a backbone: :data:`BERT_TRAIN_TEMPLATES` or
+    :data:`ROBERTA_TRAIN_TEMPLATES` (``run.sh`` unsup-bert / unsup-roberta; the first is the evaluation
+    template).
+
+    Args:
+        config_or_model_type: a ``transformers`` config (its ``model_type``) or a model type string.
+        choice: ``auto`` (RoBERTa's pair for model types ``roberta`` / ``xlm-roberta``, else BERT's),
+            ``bert`` or ``roberta``.
+    """
+    if choice not in TEMPLATE_CHOICES:
+        raise ValueError(f"PromptBERT templates must be one of {', '.join(TEMPLATE_CHOICES)}, got {choice!r}")
+    if choice == "auto":
+        model_type = (
+            config_or_model_type
+            if isinstance(config_or_model_type, str)
+            else getattr(config_or_model_type, "model_type", "")
+        )
+        choice = "roberta" if model_type in ROBERTA_FAMILY else "bert"
+    return ROBERTA_TRAIN_TEMPLATES if choice == "roberta" else BERT_TRAIN_TEMPLATES
+
+
+class PromptEncoder(SentenceEncoder):
+    """A PromptBERT sentence encoder on the project's one encode path.
+
+    The sentence vector is the last hidden state at the mask token of ``templates[0]`` filled with the
+    sentence (minus the template-only vector with ``eval_denoise``): :meth:`sentence_ids` builds the
+    templated rows that :func:`focalcse.core.encode.encode` pads and hands to :meth:`forward`, so
+    evaluation, the STS-B dev check and a re-loaded folder all score through one path. Training uses
+    :meth:`training_views` (the two templates, denoised with ``denoise``, then SimCSE's MLP).
+
+    The pooler only decides the MLP: ``cls`` puts SimCSE's MLP after the (denoised) mask vector in
+    training, and at evaluation too unless ``mlp_only_train`` (official unsupervised runs:
+    ``--mlp_only_train``, so none at evaluation); ``cls_before_pooler`` never uses one; ``avg`` has no
+    meaning here and is refused.
+
+    Args:
+        backbone, tokenizer, pooler, mlp_only_train, max_seq_len, source: as
+            :class:`~focalcse.core.model.SentenceEncoder`; ``max_seq_len`` is the sentence's token budget
+            in training (official 32), the template comes on top.
+        templates: the two training templates (the first is also the evaluation template), or
+            ``auto`` / ``bert`` / ``roberta`` for the official pair (:func:`official_templates`).
+        denoise: template denoising in training (official unsupervised runs: yes).
+        eval_denoise: template denoising at evaluation (official unsupervised evaluation: no; the
+            supervised runs and the in-training dev evaluation: yes).
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        tokenizer: Any,
+        pooler: str = "cls",
+        mlp_only_train: bool = True,
+        max_seq_len: int = 32,
+        source: str = "",
+        *,
+        templates: tuple[Template, Template] | str = "auto",
+        denoise: bool = True,
+        eval_denoise: bool = True,
+    ) -> None:
+        if pooler == "avg":
+            raise ValueError(
+                "PromptBERT's sentence vector is the template's mask token, not an average: use pooler 'cls' "
+                "(SimCSE's MLP in training; with mlp_only_train not at evaluation) or 'cls_before_pooler' (no MLP)"
+            )
+        super().__init__(backbone, tokenizer, pooler, mlp_only_train, max_seq_len, source)
+        if isinstance(templates, str):
+            templates = official_templates(backbone.config, templates)
+        if len(templates) != 2 or not all(isinstance(t, Template) for t in templates):
+            raise ValueError(f"PromptBERT needs two templates (Template), got {templates!r}")
+        if tokenizer.mask_token_id is None:
+            raise ValueError("PromptBERT needs a tokenizer with a mask token")
+        self.templates: tuple[Template, Template] = (templates[0], templates[1])
+        self.denoise = bool(denoise)
+        self.eval_denoise = bool(eval_denoise)
+        self.mask_id = int(tokenizer.mask_token_id)
+        self.pad_id = _pad_id(tokenizer)
+        # (head, tail) token ids of each template: [CLS] + prefix, suffix + [SEP] (train.py 674-675)
+        self.template_ids = (
+            template_token_ids(tokenizer, self.templates[0]),
+            template_token_ids(tokenizer, self.templates[1]),
+        )
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_pretrained_backbone(
+        cls,
+        source: str | os.PathLike,
+        settings: PromptBERTConfig | Any,
+        *,
+        pooler: str = "cls",
+        mlp_only_train: bool = True,
+        max_seq_len: int = 32,
+        seed: int | None = None,
+        attn_implementation: str | None = "sdpa",
+    ) -> PromptEncoder:
+        """A PromptBERT encoder to train: :meth:`SentenceEncoder.from_pretrained` (the same loading and
+        the same seeded fresh MLP, ``mlp_init="fresh"``) with ``settings``' templates (``auto`` /
+        ``bert`` / ``roberta``) and denoising (``frameworks.promptbert``, :class:`~focalcse.config.PromptBERTConfig`)."""
+        enc = cls.from_pretrained(
+            source,
+            pooler=pooler,
+            mlp_only_train=mlp_only_train,
+            max_seq_len=max_seq_len,
+            mlp_init="fresh",
+            seed=seed,
+            attn_implementation=attn_implementation,
+            templates=settings.templates,
+            denoise=bool(settings.denoise),
+            eval_denoise=bool(settings.eval_denoise),
+        )
+        assert isinstance(enc, PromptEncoder)
+        return enc
+
+    def framework_record(self) -> dict[str, Any]:
+        """``focalcse.json``'s ``framework`` entry: what :meth:`options_from_record` rebuilds."""
+        return {
+            "name": FRAMEWORK_NAME,
+            "templates": [self.templates[0].text, self.templates[1].text],
+            "eval_template": self.templates[0].text,
+            "denoise": self.denoise,
+            "eval_denoise": self.eval_denoise,
+            "add_period": True,
+        }
+
+    @staticmethod
+    def options_from_record(framework: dict[str, Any]) -> dict[str, Any]:
+        """Constructor options (``templates``, ``denoise``, ``eval_denoise``) from a ``framework``
+        entry written by :meth:`framework_record`; refuses one this class cannot reproduce."""
+        if framework.get("name") != FRAMEWORK_NAME:
+            raise ValueError(f"not a PromptBERT record: {framework!r}")
+        texts = framework.get("templates")
+        if not isinstance(texts, list) or len(texts) != 2 or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"PromptBERT record: 'templates' must be two template strings, got {texts!r}")
+        if framework.get("eval_template", texts[0]) != texts[0]:
+            raise ValueError(
+                f"PromptBERT record: eval_template {framework.get('eval_template')!r} is not the first template "
+                f"{texts[0]!r}; this encoder evaluates with the first one"
+            )
+        if framework.get("add_period", True) is not True:
+            raise ValueError("PromptBERT record: only add_period true (the official evaluation) is supported")
+        for key in ("denoise", "eval_denoise"):
+            if not isinstance(framework.get(key), bool):
+                raise ValueError(
+                    f"PromptBERT record: {key!r} must be true or false, got {framework.get(key)!r}"
+                )
+        return {
+            "templates": (Template.parse(texts[0]), Template.parse(texts[1])),
+            "denoise": framework["denoise"],
+            "eval_denoise": framework["eval_denoise"],
+        }
+
+    # ---------------------------------------------------------------- evaluation
+    def sentence_ids(self, sentences: Sequence[str], max_length: int | None = None) -> list[list[int]]:
+        """Evaluation rows, unpadded: ``[CLS] prefix sentence. suffix [SEP]`` of the evaluation template.
+
+        As ``evaluation.py``: a ``.`` after a sentence not ending in one of ``.?"'`` (line 201) and no
+        truncation, except that a row longer than ``max_length`` (default the model's position limit,
+        :func:`~focalcse.core.model.eval_max_length`) has its *sentence* cut so the template stays
+        whole. The sentence is tokenized alone, as in training (see :func:`eval_vectors`).
+        """
+        head, tail = self.template_ids[0]
+        if max_length is None:
+            max_length = eval_max_length(self)
+        budget = int(max_length) - len(head) - len(tail)
+        if budget < 0:
+            raise ValueError(
+                f"max_length {max_length} is shorter than the PromptBERT template ({len(head) + len(tail)} tokens)"
+            )
+        encoded = _sentence_ids(self.tokenizer, _with_period(list(sentences)))
+        return [head + s[:budget] + tail for s in encoded]
+
+    def tokenize(self, sentences: list[str]) -> dict[str, torch.Tensor]:
+        """Right-padded :meth:`sentence_ids` rows for :meth:`forward` (``input_ids``, ``attention_mask``)."""
+        input_ids, attention_mask = pad_batch(self.sentence_ids(sentences), self.pad_id)
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, L) right-padded rows of :meth:`sentence_ids` -> (B, d) sentence vectors.
+
+        Each row's sentence length is its token count (from ``attention_mask``) minus the template's,
+        which places the mask (the mask id is not searched for, so a sentence containing the mask
+        token's text changes nothing); the vector is the last hidden state there, minus the
+        template-only vector for that length (:func:`template_vectors`' position ids) when denoising
+        (``eval_denoise`` in eval mode, ``denoise`` in train mode), then SimCSE's MLP when the current
+        mode's pooler is ``cls``. Filled rows use the model's default position ids, as officially.
+        """
+        if extra:
+            raise TypeError(
+                f"PromptEncoder.forward takes input_ids and attention_mask only, got {sorted(extra)}"
+            )
+        head, tail = self.template_ids[0]
+        lengths = attention_mask.sum(-1) - (len(head) + len(tail))  # (B,) sentence token counts
+        if self.mask_id in head:
+            positions = torch.full_like(lengths, head.index(self.mask_id))
+        else:
+            positions = lengths + len(head) + tail.index(self.mask_id)  # (B,)
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+        at_mask = input_ids[rows, positions.clamp_min(0)] == self.mask_id  # (B,) a cheap check of the rows
+        if not (bool((lengths >= 0).all()) and bool(at_mask.all())):
+            raise ValueError(
+                "PromptEncoder.forward: the rows are not right-padded templated rows of its sentence_ids "
+                f"(template {self.templates[0].text!r}); tokenize with encoder.sentence_ids / encode()"
+            )
+        vectors = prompt_vectors(self.backbone, input_ids, attention_mask, positions)  # (B, d)
+        if self.denoise if self.training else self.eval_denoise:
+            vectors = vectors - _template_vectors(self.backbone, head, tail, self.mask_id, lengths)
+        pooler = self.pooler if self.training else self.eval_pooler
+        return self.mlp(vectors) if pooler == "cls" else vectors
+
+    # ---------------------------------------------------------------- training
+    def training_views(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(z1, z2)``, (N, d) each, for ``loss(z1, z2)``: :func:`training_views` from corpus token ids.
+
+        ``rows``: each sentence's ids *with* the tokenizer's special tokens, as the corpus is tokenized
+        (``tokenizer(text, truncation=True, max_length=max_seq_len + 2)``); the first and last id are
+        dropped and the sentence cut to ``max_seq_len`` tokens (official ``[:max_seq_length]``). View
+        1 is ``templates[0]``, view 2 ``templates[1]``, one forward of both through the backbone in its
+        current mode, each denoised with its own template when ``denoise`` (gradient flowing), then
+        SimCSE's MLP when the pooler is ``cls``.
+        """
+        first = self.template_ids[0][0][0]  # [CLS] / <s>
+        last = self.template_ids[0][1][-1]  # [SEP] / </s>
+        sentences = []
+        for r in rows:
+            r = list(r)
+            if len(r) < 2 or r[0] != first or r[-1] != last:
+                raise ValueError(
+                    f"PromptEncoder.training_views: a row must be a sentence's token ids with the tokenizer's "
+                    f"special tokens ({first} ... {last}), got {r[:8]}{'...' if len(r) > 8 else ''}"
+                )
+            sentences.append(r[1:-1][: self.max_seq_len])
+        head = self.mlp if self.pooler == "cls" else None
+        return _views(
+            self.backbone, self.pad_id, self.mask_id, self.template_ids, sentences, self.denoise, False, head
+        )
+
+    # ---------------------------------------------------------------- saving
+    def _write_export_files(self, folder: Path) -> None:
+        """No sentence-transformers modules that would load and score differently: a ``modules.json``
+        whose one module refuses to load (:class:`NotSentenceTransformers`)."""
+        modules = [{"idx": 0, "name": "0", "path": "", "type": ST_REFUSAL_TYPE}]
+        (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+
+
+ST_REFUSAL_TYPE = "focalcse.core.frameworks.promptbert.NotSentenceTransformers"
+
+
+def sentence_transformers_refusal(path: str | os.PathLike | None = None) -> str:
+    """The message of :class:`NotSentenceTransformers`."""
+    where = f" {path}" if path else ""
+    target = str(path) if path else "PATH"
+    return (
+        f"The model folder{where} is a PromptBERT model saved by focalcse. Its sentence vector is the last "
+        "hidden state at the template's [MASK] token, minus the same template's mask state without the "
+        "sentence (template denoising), with the sentence put inside a template; sentence-transformers' "
+        "modules (Transformer + Pooling) cannot express that, and loading it as a plain Transformer + "
+        "Pooling model would score it differently. Load it with focalcse instead: "
+        f"focalcse.core.model.SentenceEncoder.from_pretrained({target!r}) (then focalcse.core.encode.encode), "
+        f"or evaluate it with `focalcse evaluate --model {target}`. AutoModel.from_pretrained loads its "
+        "backbone (the template and denoising are in focalcse.json)."
+    )
+
+
+class NotSentenceTransformers:
+    """The one module in a PromptBERT folder's ``modules.json``: ``SentenceTransformer(path)`` raises a
+    ``ValueError`` that says what the model is and how to load it (:func:`sentence_transformers_refusal`).
+
+    sentence-transformers >= 6 refuses a module class outside its namespace unless
+    ``trust_remote_code=True`` (its own ValueError naming this class); with it, it imports this class and
+    calls :meth:`load`, which raises this message.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError(sentence_transformers_refusal())
+
+    @classmethod
+    def load(
+        cls, model_name_or_path: str | os.PathLike = "", *args: Any, **kwargs: Any
+    ) -> NotSentenceTransformers:
+        raise ValueError(sentence_transformers_refusal(model_name_or_path or None))
+
+
+class PromptBERTStep:
+    """PromptBERT's training step (:class:`focalcse.core.frameworks.FrameworkStep`): the loss of the
+    two template views of :meth:`PromptEncoder.training_views` with the registry's loss."""
+
+    name = FRAMEWORK_NAME
+
+    def __init__(self, encoder: PromptEncoder) -> None:
+        self.settings = encoder.framework_record()
+
+    def attach(self, encoder: nn.Module) -> None:
+        if not isinstance(encoder, PromptEncoder):
+            raise ValueError(f"PromptBERT trains a PromptEncoder, got {type(encoder).__name__}")
+
+    def loss(
+        self, encoder: nn.Module, loss_fn: nn.Module, rows: list[list[int]], device: torch.device
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        z1, z2 = encoder.training_views(rows)  # on the encoder's device
+        return loss_fn(z1.float(), z2.float()), {}
+
+
+def training_setup(
+    source: str, cfg: Any, settings: PromptBERTConfig | Any, generator_dir: str | os.PathLike | None = None
+) -> tuple[PromptEncoder, PromptBERTStep, int]:
+    """``(encoder, step, corpus_max_len)`` for one PromptBERT item (:func:`focalcse.steps.train.framework_encoder`).
+
+    The encoder is :meth:`PromptEncoder.from_pretrained_backbone` with ``cfg``'s pooler,
+    ``mlp_only_train``, ``max_seq_len`` and seed; the corpus is tokenized with ``max_seq_len + 2``
+    tokens (the special tokens that :meth:`PromptEncoder.training_views` drops), so every sentence keeps
+    the official ``max_seq_len`` budget. ``generator_dir`` is unused (DiffCSE's).
+    """
+    encoder = PromptEncoder.from_pretrained_backbone(
+        source,
+        settings,
+        pooler=cfg.pooler,
+        mlp_only_train=cfg.mlp_only_train,
+        max_seq_len=cfg.max_seq_len,
+        seed=cfg.seed,
+    )
+    return encoder, PromptBERTStep(encoder), cfg.max_seq_len + 2
+
+
+ENCODER = PromptEncoder  # what focalcse.core.model loads a folder recording framework "promptbert" with
