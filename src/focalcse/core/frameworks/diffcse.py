@@ -36,9 +36,11 @@ Plain torch plus a Hugging Face encoder.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -109,7 +111,7 @@ def mask_tokens(
     special_mask: torch.Tensor,
     ratio: float,
     mask_token_id: int,
-    generator: torch.Generator,
+    generator: torch.Generator | None,
     *,
     vocab_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,7 +126,7 @@ def mask_tokens(
             already_has_special_tokens=True)``).
         ratio: probability with which each eligible token is selected (``--masking_ratio``).
         mask_token_id: the tokenizer's mask id.
-        generator: the random source (the official code uses the global RNG, in the same order of
+        generator: the random source, None for the global RNG (the official code uses the global RNG, in the same order of
             draws: selection, 80% mask, 50% random, random ids).
         vocab_size: random ids are drawn from ``[0, vocab_size)`` (official: ``len(tokenizer)``).
 
@@ -356,9 +358,182 @@ __all__ = [
     "BatchNormProjector",
     "ConditionalDiscriminator",
     "DiffCSEHyper",
+    "DiffCSEStep",
     "diffcse_loss",
     "generator_logits",
     "mask_tokens",
     "replace_with_generator",
     "rtd_loss",
 ]
+
+
+class DiffCSEStep:
+    """DiffCSE's training step around any registered contrastive loss (:class:`focalcse.core.frameworks.FrameworkStep`).
+
+    The batch is encoded twice in one forward, as SimCSE (dropout views; the ``[CLS]`` vector through
+    the projector: :class:`BatchNormProjector` with ``batchnorm``, else SimCSE's MLP), and the loss is
+    ``contrastive(z1, z2) + lambda_weight * rtd``: each view is masked independently
+    (:func:`mask_tokens`, global RNG so a resumed run continues the same draws), the frozen generator
+    rewrites it (:func:`replace_with_generator`), and the conditional discriminator, fed that view's
+    sentence vector at position 0, detects the replaced tokens (:func:`rtd_loss`, the official two-class
+    head over all positions).
+
+    Args:
+        generator: a masked-LM (``AutoModelForMaskedLM``) with the backbone's vocabulary; frozen.
+        discriminator_encoder: the discriminator's encoder (official: the backbone's pretrained weights,
+            loaded again); trained.
+        tokenizer: the backbone's tokenizer (mask, [CLS] and special-token ids).
+        mask_ratio: ``--masking_ratio``.
+        lambda_weight: ``--lambda_weight`` (0: the loss is the contrastive loss alone).
+        batchnorm: replace SimCSE's MLP by :class:`BatchNormProjector` (``--batchnorm``).
+    """
+
+    name = "diffcse"
+
+    def __init__(
+        self,
+        generator: nn.Module,
+        discriminator_encoder: nn.Module,
+        tokenizer: Any,
+        mask_ratio: float,
+        lambda_weight: float,
+        batchnorm: bool,
+    ) -> None:
+        vocab = len(tokenizer)
+        gen_vocab = generator.get_input_embeddings().num_embeddings
+        if gen_vocab < vocab:
+            raise ValueError(
+                f"the DiffCSE generator's vocabulary ({gen_vocab}) is smaller than the backbone tokenizer's "
+                f"({vocab}); the generator must use the backbone's tokenizer"
+            )
+        self.generator = generator
+        self.discriminator = ConditionalDiscriminator(discriminator_encoder, num_outputs=2)
+        self.tokenizer = tokenizer
+        self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+        self.mask_ratio = float(mask_ratio)
+        self.lambda_weight = float(lambda_weight)
+        self.batchnorm = bool(batchnorm)
+        self.settings = {
+            "name": self.name,
+            "mask_ratio": self.mask_ratio,
+            "lambda_weight": self.lambda_weight,
+            "batchnorm": self.batchnorm,
+        }
+
+    def attach(self, encoder: nn.Module) -> None:
+        if encoder.pooler != "cls":
+            raise ValueError(
+                f"DiffCSE feeds the discriminator the pooled [CLS] after the projector: train.pooler must be "
+                f"'cls', got {encoder.pooler!r}"
+            )
+        if self.batchnorm:
+            if not encoder.mlp_only_train:
+                raise ValueError(
+                    "DiffCSE's BatchNorm projector is used in training only: set train.mlp_only_train: true "
+                    "(official --mlp_only_train) or frameworks.diffcse.batchnorm: false"
+                )
+            encoder.mlp = BatchNormProjector(encoder.backbone.config.hidden_size)
+        for p in self.generator.parameters():
+            p.requires_grad_(False)
+        # submodules of the encoder: train()/eval(), .to(device) and checkpoints cover them; the model
+        # folder (backbone + tokenizer) does not
+        encoder.diffcse = nn.ModuleDict({"generator": self.generator, "discriminator": self.discriminator})
+
+    def loss(
+        self, encoder: nn.Module, loss_fn: nn.Module, rows: list[list[int]], device: torch.device
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        from focalcse.core.encode import pad_batch
+
+        tok = self.tokenizer
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        ids, mask = pad_batch(rows, pad_id)
+        ids2, mask2 = torch.cat([ids, ids]).to(device), torch.cat([mask, mask]).to(device)  # (2N, L)
+        n = ids.shape[0]
+        z = encoder(input_ids=ids2, attention_mask=mask2)  # (2N, d) after the projector
+        contrastive = loss_fn(z[:n].float(), z[n:].float())
+        # the tokenizer's special tokens mask ([CLS], [SEP], [PAD], ...), as one lookup
+        special = torch.isin(ids2, self.special_ids.to(device)) | ~mask2.bool()
+        masked, _ = mask_tokens(
+            ids2, mask2, special, self.mask_ratio, tok.mask_token_id, None, vocab_size=len(tok)
+        )
+        logits = generator_logits(self.generator, masked, mask2)
+        corrupted, labels = replace_with_generator(logits, masked, ids2, mask2, tok.cls_token_id)
+        disc = self.discriminator(corrupted, mask2, z)  # (2N, L, 2); z not detached (official)
+        rtd = rtd_loss(disc, labels, mask2)
+        total = diffcse_loss(contrastive, rtd, self.lambda_weight)
+        return total, {"contrastive_loss": float(contrastive.detach()), "rtd_loss": float(rtd.detach())}
+
+
+GENERATOR_RECORD = "generator.json"  # written by the pretrain_generator stage beside its MLM
+GENERATOR_FILES = ("config.json", "model.safetensors")
+
+
+def generator_source(settings: Any, generator_dir: str | os.PathLike, backbone: str = "") -> str:
+    """What DiffCSE loads as its generator: ``frameworks.diffcse.generator`` (a hub id or an MLM folder,
+    as written) if set, else the MLM the ``pretrain_generator`` stage trained in ``generator_dir``.
+
+    Raises:
+        FileNotFoundError: that folder holds no trained MLM, or one trained with other
+            ``frameworks.diffcse.pretrain`` settings (the stage has not run since they changed).
+    """
+    import json
+    from dataclasses import asdict
+
+    if settings.generator:
+        return str(settings.generator)
+    folder = Path(generator_dir)
+    rerun = f"run the pretrain_generator stage for it (dvc repro, or python stages/pretrain_generator.py {backbone})"
+    try:
+        record = json.loads((folder / GENERATOR_RECORD).read_text())
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or not record.get("pretrained"):
+        why = f" ({record['reason']})" if isinstance(record, dict) and record.get("reason") else ""
+        raise FileNotFoundError(
+            f"DiffCSE generator for backbone {backbone!r}: {folder} holds no trained MLM{why}; {rerun}, "
+            "or set frameworks.diffcse.generator to a hub id or MLM folder"
+        )
+    missing = [name for name in GENERATOR_FILES if not (folder / name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"DiffCSE generator for backbone {backbone!r}: {folder} lacks {', '.join(missing)}; {rerun}"
+        )
+    expected = asdict(settings.pretrain)
+    if record.get("config") != expected:
+        raise FileNotFoundError(
+            f"DiffCSE generator for backbone {backbone!r}: {folder} was trained with "
+            f"frameworks.diffcse.pretrain = {record.get('config')}, but params now say {expected}; {rerun}"
+        )
+    return str(folder)
+
+
+def training_setup(
+    source: str, cfg: Any, settings: Any, generator_dir: str | os.PathLike
+) -> tuple[nn.Module, DiffCSEStep, int]:
+    """``(encoder, step, corpus_max_len)`` for one DiffCSE item (:func:`focalcse.steps.train.framework_encoder`).
+
+    The encoder is SimCSE's (``cfg.pooler`` / ``mlp_only_train``, a fresh seeded MLP, replaced by the
+    BatchNorm projector when ``settings.batchnorm``); the generator is :func:`generator_source`'s MLM,
+    frozen; the discriminator is the backbone loaded again with its pretrained weights (official
+    ``train.py`` 374 / 388)."""
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    from focalcse.core.backbones import resolve_backbone
+    from focalcse.core.model import SentenceEncoder
+
+    encoder = SentenceEncoder.from_pretrained(
+        source,
+        pooler=cfg.pooler,
+        mlp_only_train=cfg.mlp_only_train,
+        max_seq_len=cfg.max_seq_len,
+        mlp_init="fresh",
+        seed=cfg.seed,
+    )
+    gen_source = generator_source(settings, generator_dir, Path(generator_dir).name)
+    generator = AutoModelForMaskedLM.from_pretrained(resolve_backbone(gen_source))
+    disc = AutoModel.from_pretrained(resolve_backbone(source), attn_implementation="sdpa")
+    step = DiffCSEStep(
+        generator, disc, encoder.tokenizer, settings.mask_ratio, settings.lambda_weight, settings.batchnorm
+    )
+    step.settings = {**step.settings, "generator": gen_source}
+    return encoder, step, cfg.max_seq_len

@@ -1,0 +1,204 @@
+"""DiffCSE's generator: the small MLM the ``pretrain_generator`` stage trains (core/frameworks/generator.py,
+steps/pretrain_generator.py, stages/pretrain_generator.py).
+
+A tiny GeneratorConfig (hidden 32, 1 layer, 2 heads, batch 8) with the MiniLM tokenizer and a corpus
+of a few sentences written to tmp_path; each training run takes well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from focalcse.config import DiffCSEConfig, FrameworksConfig, GeneratorConfig, Params, SweepConfig
+from focalcse.core.frameworks.generator import RECORD_FILE, pretrain_mlm
+from focalcse.layout import Layout
+from focalcse.steps import pretrain_generator
+from focalcse.steps.pretrain_generator import generator_source
+
+REPO = Path(__file__).resolve().parents[1]
+BACKBONE = "all-MiniLM-L6-v2"
+TINY = GeneratorConfig(hidden=32, layers=1, heads=2, steps=3, batch_size=8)
+SENTENCES = [
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "the man plays the guitar",
+    "two birds fly over the sea",
+]
+
+
+def write_corpus(path: Path, repeats: int = 6) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = SENTENCES * repeats
+    path.write_text("\n".join(lines[:5]) + "\n\n" + "\n".join(lines[5:]) + "\n")  # one blank line, dropped
+    return path
+
+
+def make_params(frameworks: tuple[str, ...] = ("diffcse",), generator: str = "", pretrain=TINY) -> Params:
+    return Params(
+        sweep=SweepConfig(frameworks=frameworks),
+        frameworks=FrameworksConfig(diffcse=DiffCSEConfig(generator=generator, pretrain=pretrain)),
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, minilm_path):
+    """One tiny 3-step generator: (folder, record, corpus file)."""
+    root = tmp_path_factory.mktemp("generator")
+    corpus = write_corpus(root / "corpus.txt")
+    out = root / "mlm"
+    record = pretrain_mlm(corpus, minilm_path, TINY, out, progress=False)
+    return out, record, corpus
+
+
+# ---------------------------------------------------------------- the trained folder
+def test_folder_loads_as_masked_lm_with_the_tokenizers_vocab(trained, minilm_tokenizer):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    out, _, _ = trained
+    assert {"config.json", "model.safetensors", RECORD_FILE} <= {p.name for p in out.iterdir()}
+    assert not list(out.parent.glob(f".{out.name}.*"))  # no staging folder left behind
+    model, info = AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert type(model).__name__ == "BertForMaskedLM"
+    cfg = model.config
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads) == (32, 1, 2)
+    assert cfg.intermediate_size == 128 and cfg.max_position_embeddings == 512
+    assert cfg.vocab_size == len(minilm_tokenizer) and cfg.pad_token_id == minilm_tokenizer.pad_token_id
+    assert AutoTokenizer.from_pretrained(out).get_vocab() == minilm_tokenizer.get_vocab()
+    enc = minilm_tokenizer(["the [MASK] sat on the mat"], return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits
+    assert logits.shape == (1, enc["input_ids"].shape[1], len(minilm_tokenizer))
+    assert torch.isfinite(logits).all()
+
+
+def test_record(trained, minilm_path):
+    out, record, corpus = trained
+    assert json.loads((out / RECORD_FILE).read_text()) == json.loads(json.dumps(record))
+    assert record["pretrained"] is True
+    assert record["config"] == asdict(TINY)
+    assert "tokenizer_source" not in record  # a resolved site-packages path: the step records the name
+    assert record["corpus"] == {
+        "file": str(corpus),
+        "sha256": hashlib.sha256(corpus.read_bytes()).hexdigest(),
+        "sentences": len(SENTENCES) * 6,  # the blank line dropped
+    }
+    assert record["steps"] == 3 and record["final_loss_window"] == 3
+    assert 0 < record["final_loss"] < 20 and record["train_seconds"] > 0
+    assert "meta" not in record  # core records no provenance; the step adds it (extra)
+
+
+def test_loss_decreases_and_is_deterministic(tmp_path, minilm_path):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    cfg = GeneratorConfig(hidden=32, layers=1, heads=2, steps=30, batch_size=8, lr=2e-3)
+    first = pretrain_mlm(corpus, minilm_path, cfg, tmp_path / "a", progress=False)
+    again = pretrain_mlm(corpus, minilm_path, cfg, tmp_path / "b", progress=False)
+    assert first["first_loss"] == pytest.approx(10.3, abs=0.3)  # ~ln(30522): uniform over the vocabulary
+    assert first["final_loss"] < first["first_loss"] - 0.5
+    assert (first["first_loss"], first["final_loss"]) == (again["first_loss"], again["final_loss"])
+    from safetensors.torch import load_file
+
+    a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------- the step
+def test_step_trains_when_diffcse_uses_its_own_generator(tmp_path, minilm_path):
+    layout = Layout.at(tmp_path)
+    write_corpus(layout.corpus_file)
+    params = make_params()
+    record = pretrain_generator.run(params, layout, BACKBONE, progress=False)
+    folder = layout.generator_dir(BACKBONE)
+    assert record["pretrained"] is True and record["backbone"] == BACKBONE
+    assert record["backbone_source"] == BACKBONE
+    assert {"git_commit", "versions", "hardware"} <= set(record["meta"])
+    assert generator_source(params, layout, BACKBONE) == str(folder)
+    # other pretrain settings than the folder was trained with: stale, the stage must run again
+    changed = make_params(pretrain=GeneratorConfig(hidden=32, layers=1, heads=2, steps=4, batch_size=8))
+    with pytest.raises(FileNotFoundError, match="pretrain_generator"):
+        generator_source(changed, layout, BACKBONE)
+
+
+@pytest.mark.parametrize(
+    ("frameworks", "generator", "reason"),
+    [((), "", "sweep.frameworks"), (("diffcse",), "org/some-mlm", "frameworks.diffcse.generator")],
+)
+def test_step_without_training_writes_only_the_record(tmp_path, frameworks, generator, reason):
+    layout = Layout.at(tmp_path)
+    folder = layout.generator_dir(BACKBONE)
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_text("stale")  # an earlier trained model does not linger
+    params = make_params(frameworks, generator)
+    record = pretrain_generator.run(params, layout, BACKBONE, progress=False)
+    assert [p.name for p in folder.iterdir()] == [RECORD_FILE]
+    written = json.loads((folder / RECORD_FILE).read_text())
+    assert written == record
+    assert written["pretrained"] is False and written["generator"] == generator
+    assert reason in written["reason"]
+    assert {"git_commit", "versions"} <= set(written["meta"])
+    if generator:
+        assert generator_source(params, layout, BACKBONE) == generator
+    else:
+        with pytest.raises(FileNotFoundError, match=r"holds no trained MLM \(diffcse is not in sweep"):
+            generator_source(params, layout, BACKBONE)
+
+
+def test_step_without_training_imports_no_torch(tmp_path):
+    code = (
+        "import sys\n"
+        "from focalcse.config import Params\n"
+        "from focalcse.layout import Layout\n"
+        "from focalcse.steps import pretrain_generator\n"
+        f"pretrain_generator.run(Params(), Layout.at({str(tmp_path)!r}), 'all-MiniLM-L6-v2')\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
+    assert (Layout.at(tmp_path).generator_dir(BACKBONE) / RECORD_FILE).is_file()
+
+
+@pytest.mark.parametrize("state", ["missing", "empty", "record_only", "no_weights"])
+def test_generator_source_names_the_stage_when_no_model(tmp_path, state):
+    layout = Layout.at(tmp_path)
+    folder = layout.generator_dir(BACKBONE)
+    if state != "missing":
+        folder.mkdir(parents=True)
+    if state in ("record_only", "no_weights"):
+        pretrained = state == "no_weights"
+        (folder / RECORD_FILE).write_text(json.dumps({"pretrained": pretrained, "config": asdict(TINY)}))
+    if state == "no_weights":
+        (folder / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError) as err:
+        generator_source(make_params(), layout, BACKBONE)
+    message = str(err.value)
+    assert "pretrain_generator" in message and BACKBONE in message and str(folder) in message
+    if state == "no_weights":
+        assert "model.safetensors" in message
+
+
+# ---------------------------------------------------------------- the stage
+def test_stage_entry_point(tmp_path):
+    (tmp_path / "params.yaml").write_text("sweep:\n  backbones: [all-MiniLM-L6-v2]\n")
+    env = {**os.environ, "FOCALCSE_PARAMS": str(tmp_path / "params.yaml")}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "stages" / "pretrain_generator.py"), BACKBONE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    record_file = Layout.at(tmp_path).generator_dir(BACKBONE) / RECORD_FILE
+    assert json.loads(record_file.read_text())["pretrained"] is False
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"pretrain_generator {BACKBONE}: ")
+    assert "generator.json" in lines[0]
