@@ -102,7 +102,6 @@ def test_ablation_items_change_only_their_parameter() -> None:
         ("ablation", {"ms": [0.3]}, "ablation.ms"),
         ("ablation", {"seed": 7}, "ablation.seed"),
         ("ablation", {"temperatures": ["hot"]}, "ablation.temperatures"),
-        ("ablation", {"temperatures": []}, "ablation.temperatures"),
         ("ablation", {"ms": [0.1, 0.1]}, "ablation.ms"),
         ("ablation", {"ms": [-0.1]}, "ablation.ms"),
         ("ablation", {"loss": "triplet"}, "ablation.loss"),

@@ -1,19 +1,40 @@
-"""Significance over seeds: mean±std per backbone × loss × score, a paired t-test of every loss
-against the baseline loss on the seeds both have, and Holm–Bonferroni adjusted p-values per family.
-Pure functions on evaluation results (no I/O).
+"""Significance over seeds: mean±std per framework × backbone × loss × score, a paired t-test of
+every loss against the baseline loss of the SAME framework and backbone on the seeds both have, and
+Holm–Bonferroni adjusted p-values per family. Pure functions on evaluation results (no I/O).
 
-A Holm family is the tests of ONE backbone and ONE treatment loss against the baseline on the
-evaluated tasks and their average (:func:`holm_keys`: the paper's 7 tasks + ``avg``, 8 p-values);
-alignment and uniformity are descriptive and stay outside it."""
+A Holm family is the tests of ONE framework, ONE backbone and ONE treatment loss against that
+framework's baseline-loss runs on that backbone, on the evaluated tasks and their average
+(:func:`holm_keys`: the paper's 7 tasks + ``avg``, 8 p-values), as one table of the paper holds them
+(Table 2 per framework and backbone; with one treatment loss, as in the paper, the family is the whole
+framework × backbone table). Frameworks are never pooled into one family, so adding a framework to a
+sweep changes no SimCSE p-value. Alignment and uniformity are descriptive and stay outside it.
+
+SimCSE's results sit at the top level (``backbones``), exactly as before frameworks existed; every
+other framework's under ``frameworks.<framework>.backbones`` (the key is absent for a SimCSE-only
+sweep, so its document is unchanged). A run's framework is ``meta.framework`` (a name, or a dict with
+``name``), SimCSE when absent."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from focalcse.config import BASE_FRAMEWORK
 from focalcse.eval.stats import holm, paired_ttest, summarize
 
-Run = Mapping[str, Any]  # one evaluation result: scores plus meta.backbone / meta.loss / meta.seed
+Run = Mapping[str, Any]  # one evaluation result: scores plus meta.backbone / loss / seed (/ framework)
+
+# Where the Holm family is, in words (written into a document that has frameworks besides SimCSE).
+HOLM_SCOPE = "one framework, one backbone, one loss against that framework's baseline-loss runs"
+
+
+def run_framework(run: Run) -> str:
+    """The framework of an evaluation result: ``meta.framework`` (a name or ``{"name": ...}``),
+    SimCSE when the meta names none."""
+    f = run.get("meta", {}).get("framework")
+    if isinstance(f, Mapping):
+        f = f.get("name")
+    return BASE_FRAMEWORK if f is None else str(f)
 
 
 def score_keys(tasks: Sequence[str]) -> list[str]:
@@ -35,11 +56,13 @@ def add_holm(tests: dict[str, dict[str, Any]], family: Sequence[str], alpha: flo
         tests[key]["significant_holm"] = bool(p < alpha)
 
 
-def by_loss(runs: Sequence[Run], backbone: str, seeds: Sequence[int]) -> dict[str, dict[int, Run]]:
-    """``{loss: {seed: run}}`` of ``backbone``'s runs whose seed is in ``seeds``."""
+def by_loss(
+    runs: Sequence[Run], backbone: str, seeds: Sequence[int], framework: str = BASE_FRAMEWORK
+) -> dict[str, dict[int, Run]]:
+    """``{loss: {seed: run}}`` of ``framework``'s runs of ``backbone`` whose seed is in ``seeds``."""
     out: dict[str, dict[int, Run]] = {}
     for r in runs:
-        if r["meta"]["backbone"] == backbone and r["meta"]["seed"] in seeds:
+        if r["meta"]["backbone"] == backbone and r["meta"]["seed"] in seeds and run_framework(r) == framework:
             out.setdefault(r["meta"]["loss"], {})[int(r["meta"]["seed"])] = r
     return out
 
@@ -70,27 +93,22 @@ def compare(
     return paired, tests
 
 
-def significance(
+def backbone_entries(
     runs: Sequence[Run],
     backbones: Sequence[str],
     losses: Sequence[str],
     seeds: Sequence[int],
-    tasks: Sequence[str],
+    keys: Sequence[str],
+    family: Sequence[str],
     baseline: str,
     alpha: float,
+    framework: str = BASE_FRAMEWORK,
 ) -> dict[str, Any]:
-    """The ``significance.json`` document (without ``meta``).
-
-    Per backbone: ``losses`` (summaries), ``seeds`` (the seeds each loss has), and for every other
-    loss of ``losses`` with runs: ``paired_seeds[loss]`` and ``ttest[loss][key]`` against ``baseline``;
-    the tests of ``holm_family`` (each task and ``avg``) also carry ``p_holm`` / ``significant_holm``,
-    adjusted within that backbone and loss.
-    """
-    keys = score_keys(tasks)
-    family = holm_keys(tasks)
-    out: dict[str, Any] = {"baseline": baseline, "alpha": alpha, "holm_family": family, "backbones": {}}
+    """``{backbone: entry}`` of one framework: summaries, seeds, and every other loss tested against
+    ``baseline`` of the same framework and backbone (Holm within each loss's family)."""
+    out: dict[str, Any] = {}
     for backbone in backbones:
-        grouped = by_loss(runs, backbone, seeds)
+        grouped = by_loss(runs, backbone, seeds, framework)
         entry: dict[str, Any] = {
             "losses": summarize_losses(grouped, keys),
             "seeds": {loss: sorted(s) for loss, s in sorted(grouped.items())},
@@ -103,8 +121,62 @@ def significance(
                     grouped[loss], grouped[baseline], keys, alpha
                 )
                 add_holm(entry["ttest"][loss], family, alpha)
-        out["backbones"][backbone] = entry
+        out[backbone] = entry
     return out
+
+
+def significance(
+    runs: Sequence[Run],
+    backbones: Sequence[str],
+    losses: Sequence[str],
+    seeds: Sequence[int],
+    tasks: Sequence[str],
+    baseline: str,
+    alpha: float,
+    frameworks: Sequence[str] = (BASE_FRAMEWORK,),
+) -> dict[str, Any]:
+    """The ``significance.json`` document (without ``meta``).
+
+    Per backbone: ``losses`` (summaries), ``seeds`` (the seeds each loss has), and for every other
+    loss of ``losses`` with runs: ``paired_seeds[loss]`` and ``ttest[loss][key]`` against ``baseline``;
+    the tests of ``holm_family`` (each task and ``avg``) also carry ``p_holm`` / ``significant_holm``,
+    adjusted within that backbone and loss. That is SimCSE's part (``backbones``); each other framework
+    of ``frameworks`` gets the same under ``frameworks.<framework>.backbones``, its losses tested
+    against its own baseline-loss runs, and the document then says where the Holm family is
+    (``holm_scope``). Without other frameworks the document is what it was before frameworks existed.
+    """
+    keys = score_keys(tasks)
+    family = holm_keys(tasks)
+    out: dict[str, Any] = {"baseline": baseline, "alpha": alpha, "holm_family": family}
+    out["backbones"] = backbone_entries(runs, backbones, losses, seeds, keys, family, baseline, alpha)
+    others = [f for f in frameworks if f != BASE_FRAMEWORK]
+    if others:
+        out["holm_scope"] = HOLM_SCOPE
+        out["frameworks"] = {
+            f: {
+                "backbones": backbone_entries(
+                    runs, backbones, losses, seeds, keys, family, baseline, alpha, f
+                )
+            }
+            for f in others
+        }
+    return out
+
+
+def _summary_rows(entry: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Per loss of one backbone entry: ``avg`` and ``std`` of the 7-task average, and for a tested
+    loss ``p`` / ``p_holm`` of that average."""
+    rows: dict[str, dict[str, float]] = {}
+    for loss, scores in entry["losses"].items():
+        if "avg" not in scores:
+            continue
+        row = {"avg": scores["avg"]["mean"], "std": scores["avg"]["std"]}
+        test = entry["ttest"].get(loss, {}).get("avg")
+        if test is not None:
+            row["p"] = test["p_value"]
+            row["p_holm"] = test["p_holm"]
+        rows[loss] = row
+    return rows
 
 
 def summary(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,19 +186,19 @@ def summary(doc: Mapping[str, Any]) -> dict[str, Any]:
 
     ``dvc exp show`` prints one column per key with the whole key path as its header, so the keys
     are few and short: ``<loss>.<stat>`` when the sweep has one backbone (its name is in the
-    companion ``meta``), ``<backbone>.<loss>.<stat>`` with several. The per-task scores, STS-B and
-    the rest stay in ``significance.json`` and the per-item files."""
-    out: dict[str, Any] = {}
-    for backbone, entry in doc["backbones"].items():
-        rows: dict[str, dict[str, float]] = {}
-        for loss, scores in entry["losses"].items():
-            if "avg" not in scores:
+    companion ``meta``), ``<backbone>.<loss>.<stat>`` with several. Another framework's losses (tested
+    against the same framework's baseline) add ``<framework>.<loss>.<stat>`` (one backbone) or
+    ``<backbone>.<framework>.<loss>.<stat>``, after SimCSE's keys, which stay as they were; a
+    framework with no evaluated run adds nothing. The per-task scores, STS-B and the rest stay in
+    ``significance.json`` and the per-item files."""
+    out: dict[str, Any] = {backbone: _summary_rows(entry) for backbone, entry in doc["backbones"].items()}
+    for framework, fdoc in (doc.get("frameworks") or {}).items():
+        for backbone, entry in fdoc["backbones"].items():
+            rows = _summary_rows(entry)
+            if not rows:
                 continue
-            row = {"avg": scores["avg"]["mean"], "std": scores["avg"]["std"]}
-            test = entry["ttest"].get(loss, {}).get("avg")
-            if test is not None:
-                row["p"] = test["p_value"]
-                row["p_holm"] = test["p_holm"]
-            rows[loss] = row
-        out[backbone] = rows
+            here = out.setdefault(backbone, {})
+            if framework in here:
+                raise ValueError(f"summary: framework {framework!r} has the name of a loss of {backbone}")
+            here[framework] = rows
     return next(iter(out.values())) if len(out) == 1 else out

@@ -5,7 +5,13 @@ significance, per-run evaluation and training metrics, curves, ablation items an
 An ablation table's default point (the ablation loss's effective τ or m) is not an ablation item: it is
 the main sweep's run of (ablation backbone, ``ablation.loss``, ``ablation.seed``), read from that run's
 evaluation and training metrics; an ablation file at that value (e.g. left from an older parameter
-set) is ignored."""
+set) is ignored.
+
+SimCSE's runs are ``evals`` / ``trains`` / ``curves``, as before frameworks existed; each other
+framework of ``sweep.frameworks`` has its evaluation and training metrics under ``framework_evals`` /
+``framework_trains`` (their curves are not read: the per-run figures are SimCSE's). A missing item file
+is simply absent, as for SimCSE; :meth:`ReportData.significance_of` gives a framework's part of
+``significance.json`` in the shape of SimCSE's (None when the document has none)."""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import Params
+from focalcse.config import BASE_FRAMEWORK, Params
 from focalcse.layout import ABLATION_KINDS, Layout, result_files
 from focalcse.results import maybe_result, read_result
 
@@ -53,6 +59,21 @@ class ReportData:
     curves: dict[RunKey, tuple[list, list]] = field(default_factory=dict)
     ablation: dict[str, list[AblationPoint]] = field(default_factory=dict)  # kind -> points, ascending
     hard_negatives: dict[str, Any] | None = None
+    # framework (other than SimCSE) -> its runs, as evals / trains are SimCSE's
+    framework_evals: dict[str, dict[RunKey, dict[str, Any]]] = field(default_factory=dict)
+    framework_trains: dict[str, dict[RunKey, dict[str, Any]]] = field(default_factory=dict)
+
+    def significance_of(self, framework: str) -> dict[str, Any] | None:
+        """``significance.json`` as SimCSE's part reads (``baseline``, ``alpha``, ``holm_family``,
+        ``backbones``) for ``framework``: the document itself for SimCSE, else its
+        ``frameworks.<framework>`` backbones under the same top-level keys; None when it has none
+        (e.g. written before the framework joined the sweep)."""
+        if framework == BASE_FRAMEWORK:
+            return self.significance
+        part = (self.significance.get("frameworks") or {}).get(framework)
+        if part is None:
+            return None
+        return {**{k: v for k, v in self.significance.items() if k != "frameworks"}, **part}
 
 
 def ablation_default(params: Params, kind: str) -> float | None:
@@ -101,6 +122,18 @@ def load_report_data(params: Params, layout: Layout) -> ReportData:
                 dc = maybe_json(layout.dev_curve(*key))
                 if lc is not None or dc is not None:
                     data.curves[key] = (lc or [], dc or [])
+    for f in sw.frameworks:
+        evals, trains = data.framework_evals.setdefault(f, {}), data.framework_trains.setdefault(f, {})
+        for b in sw.backbones:
+            for loss in sw.losses:
+                for seed in sw.seeds:
+                    key = (b, loss, seed)
+                    ev = maybe_result(layout.eval_metrics(*key, f))
+                    if ev is not None:
+                        evals[key] = ev
+                    tr = maybe_result(layout.train_metrics(*key, f))
+                    if tr is not None:
+                        trains[key] = tr
     items = [read_result(p) for p in result_files(layout.ablation_dir)]
     ab = params.ablation
     main = (params.ablation_backbone, ab.loss, ab.seed)

@@ -1,5 +1,6 @@
 """What the report calls things, from the registries: a loss's label and colour from its ``SPEC``
-(:mod:`focalcse.core.losses`, read without torch), a task's column label from :mod:`focalcse.data.tasks`.
+(:mod:`focalcse.core.losses`, read without torch), a task's column label from :mod:`focalcse.data.tasks`,
+and each framework's display name (:data:`FRAMEWORK_LABELS`, the one place that names them).
 
 A name no registry knows (e.g. a loss in an old metrics file) is shown as it is, in grey.
 """
@@ -16,6 +17,21 @@ from focalcse.data.tasks import TASKS, display_name
 UNKNOWN_COLOR = "#7f7f7f"
 AVG = "avg"
 AVG_LABEL = "Avg."
+
+# Each framework of focalcse.config.FRAMEWORKS as the papers write it (tests check none is missing).
+FRAMEWORK_LABELS = {"simcse": "SimCSE", "promptbert": "PromptBERT", "diffcse": "DiffCSE"}
+
+
+def framework_label(framework: str) -> str:
+    """A framework's display name (``SimCSE``, ``PromptBERT``, ``DiffCSE``), else the name itself."""
+    return FRAMEWORK_LABELS.get(framework, framework)
+
+
+def run_label(framework: str, loss: str, baseline: str) -> str:
+    """A (framework, loss) row as the paper's Table 3 names it: the framework alone for its own
+    (``baseline``) loss, ``<framework> + <loss label>`` for another, e.g. ``DiffCSE + Focal-InfoNCE``."""
+    name = framework_label(framework)
+    return name if loss == baseline else f"{name} + {loss_label(loss)}"
 
 
 def loss_label(loss: str) -> str:

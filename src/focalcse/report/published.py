@@ -2,6 +2,11 @@
 module (each row with its backbone, loss, label, source and scores keyed by task name and ``avg``;
 optionally ``derived`` arithmetic and the ``paper_baseline`` flag).
 
+SimCSE's rows (the file's ``rows``) are :data:`PUBLISHED`; the other frameworks' (``framework_rows``,
+each naming its ``framework``: DiffCSE's and PromptBERT's own BERT-base rows) are
+:data:`PUBLISHED_FRAMEWORKS`, shown only for a sweep that trains that framework. Such a row may carry
+an ``avg_note`` saying why its published average is not the mean of its published tasks.
+
 A row may hold any subset of the task keys (several papers publish only the average); the report
 shows ``–`` for a task a row lacks, so adding a task to :mod:`focalcse.data.tasks` needs no change here.
 The loader checks the file against itself: a derived score must equal its stated arithmetic, and a
@@ -19,6 +24,8 @@ from importlib import resources
 from typing import Any
 
 import yaml
+
+from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS
 
 PUBLISHED_FILE = "published.yaml"
 _REQUIRED = ("backbone", "loss", "label", "source", "scores")
@@ -44,6 +51,8 @@ class PublishedRow:
     # score key -> "a − b (why)": numbers computed from published ones, not published themselves
     derived: Mapping[str, str] = field(default_factory=dict)
     paper_baseline: bool = False  # the Focal-InfoNCE paper's own SimCSE baseline (its gains are over it)
+    framework: str = BASE_FRAMEWORK  # the framework it was trained with (focalcse.config.FRAMEWORKS)
+    avg_note: str = ""  # why its avg is not the mean of its tasks (then exempt from that check)
 
 
 class PublishedError(ValueError):
@@ -70,15 +79,24 @@ def _is_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _parse_row(row: Any, at: str, average_of: tuple[str, ...]) -> PublishedRow:
-    if not isinstance(row, Mapping) or not set(_REQUIRED) <= set(row) <= {*_REQUIRED, *_OPTIONAL}:
+def _parse_row(row: Any, at: str, average_of: tuple[str, ...], framework_row: bool = False) -> PublishedRow:
+    required = (*_REQUIRED, "framework") if framework_row else _REQUIRED
+    optional = (*_OPTIONAL, "avg_note") if framework_row else _OPTIONAL
+    if not isinstance(row, Mapping) or not set(required) <= set(row) <= {*required, *optional}:
         got = sorted(row) if isinstance(row, Mapping) else type(row).__name__
         raise PublishedError(
-            f"{at}: expected the keys {list(_REQUIRED)} and optionally {list(_OPTIONAL)}, got {got}"
+            f"{at}: expected the keys {list(required)} and optionally {list(optional)}, got {got}"
         )
     for key in _REQUIRED[:4]:
         if not isinstance(row[key], str) or not row[key]:
             raise PublishedError(f"{at}.{key}: expected a non-empty string, got {row[key]!r}")
+    framework = row.get("framework", BASE_FRAMEWORK)
+    if framework_row and framework not in [f for f in FRAMEWORKS if f != BASE_FRAMEWORK]:
+        others = ", ".join(f for f in FRAMEWORKS if f != BASE_FRAMEWORK)
+        raise PublishedError(f"{at}.framework: expected one of {others}, got {framework!r}")
+    note = row.get("avg_note", "")
+    if not isinstance(note, str) or ("avg_note" in row and not note.strip()):
+        raise PublishedError(f"{at}.avg_note: expected a non-empty sentence, got {note!r}")
     scores = row["scores"]
     if not isinstance(scores, Mapping) or not scores:
         raise PublishedError(f"{at}.scores: expected a non-empty mapping of task name to score")
@@ -105,36 +123,54 @@ def _parse_row(row: Any, at: str, average_of: tuple[str, ...]) -> PublishedRow:
         raise PublishedError(f"{at}.paper_baseline: expected true or false, got {flag!r}")
     if average_of and "avg" in scores and all(t in scores for t in average_of):
         mean = sum(scores[t] for t in average_of) / len(average_of)
-        if abs(mean - scores["avg"]) > AVG_TOLERANCE:
+        off = abs(mean - scores["avg"]) > AVG_TOLERANCE
+        if off and not note:
             raise PublishedError(
                 f"{at}.scores.avg = {scores['avg']:.2f}, but the mean of its {len(average_of)} tasks "
                 f"({', '.join(average_of)}) is {mean:.4f}: more than {AVG_TOLERANCE} apart"
             )
+        if note and not off:
+            raise PublishedError(f"{at}.avg_note: its avg is the mean of its tasks; drop the note")
     return PublishedRow(
-        row["backbone"], row["loss"], row["label"], row["source"], scores, dict(derived), flag
+        row["backbone"],
+        row["loss"],
+        row["label"],
+        row["source"],
+        scores,
+        dict(derived),
+        flag,
+        framework,
+        note,
     )
 
 
-def parse_published(raw: Any, where: str = PUBLISHED_FILE) -> tuple[PublishedRow, ...]:
-    """The rows of a loaded ``published.yaml`` document (``{"average_of": [...], "rows": [...]}``),
-    checked: see the module docstring."""
+def parse_published(raw: Any, where: str = PUBLISHED_FILE, key: str = "rows") -> tuple[PublishedRow, ...]:
+    """The rows under ``key`` of a loaded ``published.yaml`` document (``{"average_of": [...],
+    "rows": [...], "framework_rows": [...]}``), checked: see the module docstring. ``rows`` (SimCSE's)
+    must be there; ``framework_rows`` may be absent (no rows)."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("rows"), list):
         raise PublishedError(f"{where}: expected a mapping with a 'rows' list")
+    rows = raw.get(key, [])
+    if not isinstance(rows, list):
+        raise PublishedError(f"{where}: {key}: expected a list of rows, got {type(rows).__name__}")
     average_of = raw.get("average_of") or []
     if not isinstance(average_of, list) or not all(isinstance(t, str) for t in average_of):
         raise PublishedError(f"{where}: average_of: expected a list of task names, got {average_of!r}")
     return tuple(
-        _parse_row(row, f"{where}: rows[{i}]", tuple(average_of)) for i, row in enumerate(raw["rows"])
+        _parse_row(row, f"{where}: {key}[{i}]", tuple(average_of), framework_row=key != "rows")
+        for i, row in enumerate(rows)
     )
 
 
-def load_published() -> tuple[PublishedRow, ...]:
-    """Every row of the packaged ``published.yaml``, in file order."""
+def load_published(key: str = "rows") -> tuple[PublishedRow, ...]:
+    """The rows under ``key`` (``rows``: SimCSE's; ``framework_rows``) of the packaged
+    ``published.yaml``, in file order."""
     text = resources.files(__package__).joinpath(PUBLISHED_FILE).read_text(encoding="utf-8")
-    return parse_published(yaml.safe_load(text))
+    return parse_published(yaml.safe_load(text), key=key)
 
 
 PUBLISHED: tuple[PublishedRow, ...] = load_published()
+PUBLISHED_FRAMEWORKS: tuple[PublishedRow, ...] = load_published("framework_rows")
 
 
 def backbone_key(name: str) -> str:
@@ -144,9 +180,14 @@ def backbone_key(name: str) -> str:
     return name
 
 
-def published_rows(*names: str, rows: tuple[PublishedRow, ...] | None = None) -> list[PublishedRow]:
-    """Published rows for the first of ``names`` (a sweep name, then its source) that has any."""
-    rows = PUBLISHED if rows is None else rows
+def published_rows(
+    *names: str, rows: tuple[PublishedRow, ...] | None = None, framework: str = BASE_FRAMEWORK
+) -> list[PublishedRow]:
+    """Published rows of ``framework`` for the first of ``names`` (a sweep name, then its source)
+    that has any."""
+    if rows is None:
+        rows = PUBLISHED if framework == BASE_FRAMEWORK else PUBLISHED_FRAMEWORKS
+    rows = tuple(r for r in rows if r.framework == framework)
     for name in names:
         key = backbone_key(name)
         found = [r for r in rows if r.backbone == key]
@@ -156,5 +197,5 @@ def published_rows(*names: str, rows: tuple[PublishedRow, ...] | None = None) ->
 
 
 def published_backbones(rows: tuple[PublishedRow, ...] | None = None) -> list[str]:
-    """The backbones with published rows (the paper's), in file order."""
+    """The backbones with published rows (the paper's: SimCSE's rows unless ``rows``), in file order."""
     return list(dict.fromkeys(r.backbone for r in (PUBLISHED if rows is None else rows)))

@@ -169,7 +169,11 @@ def recipe(params: Params) -> Recipe:
     if params.eval.precision != "fp32":
         differs.append(f"Evaluation encodes under {params.eval.precision} (reference: fp32).")
     taus = params.ablation_points("tau")
-    if tuple(taus) != REFERENCE_TABLE4:
+    if not params.ablation_values("tau"):
+        differs.append(
+            f"No Table 4 (`ablation.temperatures` is empty; paper: τ ∈ {{{', '.join(f'{t:g}' for t in REFERENCE_TABLE4)}}})."
+        )
+    elif tuple(taus) != REFERENCE_TABLE4:
         differs.append(
             f"Table 4 points τ ∈ {{{', '.join(f'{t:g}' for t in taus)}}} "
             f"(paper: {', '.join(f'{t:g}' for t in REFERENCE_TABLE4)})."

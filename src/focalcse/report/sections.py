@@ -5,22 +5,36 @@ to ``ctx.doc`` (and records each figure it draws in ``ctx.paths``). Adding a tab
 writing one such function and putting it in :data:`SECTIONS`; the renderers, the HTML page and the
 build need no change. The table builders (``table2`` ...) are pure: params and data in, a
 :class:`~focalcse.report.render.Table` out.
+
+A sweep with frameworks besides SimCSE (``sweep.frameworks``) adds, and only then: a section on the
+frameworks (DiffCSE's generator, PromptBERT's denoising), Table 2 for every framework, their published
+rows for reference, Table 3 over every framework (the paper's layout: SimCSE, SimCSE + Focal-InfoNCE,
+DiffCSE, DiffCSE + Focal-InfoNCE, ...) and the PromptBERT rows of §5.3. Every test is within one
+framework and backbone (:mod:`focalcse.eval.significance`). The per-run figures (training curves,
+the alignment-uniformity scatter), the ablations and the hard negatives stay SimCSE's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import Params, TrainConfig
+from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
 from focalcse.eval.stats import Span, span
 from focalcse.layout import ABLATION_KINDS
 from focalcse.report import figures
 from focalcse.report.data import AblationPoint, ReportData, ablation_default
-from focalcse.report.labels import column_label, loss_label, metric_columns
-from focalcse.report.published import PublishedRow, published_backbones, published_rows
+from focalcse.report.labels import column_label, framework_label, loss_label, metric_columns, run_label
+from focalcse.report.published import (
+    PUBLISHED_FRAMEWORKS,
+    PublishedRow,
+    backbone_key,
+    published_backbones,
+    published_rows,
+)
 from focalcse.report.recipe import recipe
 from focalcse.report.render import (
     MISSING,
@@ -85,23 +99,25 @@ def loss_rows(
     backbone: str,
     columns: Sequence[tuple[str, Digits]],
     holm: bool = False,
+    label: Callable[[str], str] = loss_label,
 ) -> tuple[list[list[str]], list[str]]:
     """Rows and row classes shared by Tables 2 and 3: per sweep loss, ours (mean ± std over seeds);
     per loss tested against the baseline, its Δ mean and paired t-test p (raw) and, with ``holm``, the
-    Holm-adjusted p under it; one cell per column."""
+    Holm-adjusted p under it; one cell per column. ``label`` names a loss's row (default its label;
+    a framework's table passes :func:`~focalcse.report.labels.run_label` of that framework)."""
     entry = sig["backbones"][backbone]
     rows, classes = [], []
     for loss in [x for x in params.sweep.losses if x in entry["losses"]]:
         summ = entry["losses"][loss]
         rows.append(
-            [f"{loss_label(loss)}, ours", str(len(entry["seeds"][loss]))]
+            [f"{label(loss)}, ours", str(len(entry["seeds"][loss]))]
             + [fmt_summary(summ.get(k), d) for k, d in columns]
         )
         classes.append("ours")
-    baseline = loss_label(sig["baseline"])
+    baseline = label(sig["baseline"])
     for loss, tests in entry.get("ttest", {}).items():
         n = str(len(entry["paired_seeds"][loss]))
-        pair = f"{loss_label(loss)} − {baseline}"
+        pair = f"{label(loss)} − {baseline}"
         raw, adjusted = p_labels(pair, sig["alpha"])
         rows.append([f"Δ mean ({pair})", n] + [fmt_diff(tests.get(k), d) for k, d in columns])
         rows.append([raw, n] + [fmt_p(tests.get(k)) for k, _ in columns])
@@ -118,7 +134,8 @@ def published_label(row: PublishedRow) -> str:
     """A published row's first cell: ``Published: label [source]``, or for a row with derived
     numbers ``Derived: label; avg = a − b (why) [source]``."""
     if not row.derived:
-        return f"Published: {row.label} [{row.source}]"
+        note = f" ({row.avg_note})" if row.avg_note else ""
+        return f"Published: {row.label}{note} [{row.source}]"
     how = "; ".join(f"{column_label(k)} = {text}" for k, text in row.derived.items())
     return f"Derived: {row.label}; {how} [{row.source}]"
 
@@ -152,10 +169,21 @@ def published_gain_note(published: Sequence[PublishedRow]) -> str:
     )
 
 
-def table2(params: Params, data: ReportData, backbone: str) -> Table:
+def framework_runs_label(params: Params, framework: str) -> Callable[[str], str]:
+    """How a framework's table names a loss's row: SimCSE's tables by the loss label alone (as before
+    frameworks existed); another framework's as the paper's Table 3, e.g. ``DiffCSE + Focal-InfoNCE``."""
+    if framework == BASE_FRAMEWORK:
+        return loss_label
+    return lambda loss: run_label(framework, loss, params.significance.baseline)
+
+
+def table2(params: Params, data: ReportData, backbone: str, framework: str = BASE_FRAMEWORK) -> Table:
     """Per backbone: ours (mean ± std over seeds) per loss; Δ, the paired t-test p and its
     Holm-adjusted p per column for each loss against the baseline; the published (and derived) rows
-    where the backbone has them."""
+    where the backbone has them. For a framework other than SimCSE: its runs, each loss tested against
+    the same framework's baseline-loss runs (one Holm family per framework, backbone and loss)."""
+    if framework != BASE_FRAMEWORK:
+        return framework_table2(params, data, backbone, framework)
     sig = data.significance
     cols = metric_columns(params, sig)
     header = ["Model", "seeds", *[column_label(c) for c in cols]]
@@ -189,6 +217,93 @@ def table2(params: Params, data: ReportData, backbone: str) -> Table:
     )
 
 
+def framework_table2(params: Params, data: ReportData, backbone: str, framework: str) -> Table:
+    """Table 2 of one framework other than SimCSE (see :func:`table2`)."""
+    sig = data.significance_of(framework)
+    if sig is None or backbone not in sig["backbones"]:
+        raise ValueError(f"significance.json has no {framework} entry for {backbone}")
+    name = framework_label(framework)
+    cols = metric_columns(params, sig)
+    header = ["Model", "seeds", *[column_label(c) for c in cols]]
+    label = framework_runs_label(params, framework)
+    rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols], holm=True, label=label)
+    published = published_rows(backbone, params.backbone_source(backbone), framework=framework)
+    for r in published:
+        rows.append([published_label(r), MISSING] + [fmt(r.scores.get(c)) for c in cols])
+        classes.append("published")
+    seeds = ", ".join(str(s) for s in params.sweep.seeds)
+    family = sig.get("holm_family") or list(cols)
+    caption = (
+        f'{name}: Spearman × 100, SimCSE\'s "all" setting, mean ± std (ddof 1) over seeds {seeds}; '
+        f"two-sided paired t-test over matched seeds of each loss against {name} trained with the "
+        f"baseline loss (`{sig['baseline']}`) on this backbone. * on a raw-p row: p < {sig['alpha']} for that "
+        f"column alone; * on a p (Holm) row: Holm–Bonferroni-adjusted p < {sig['alpha']}, the family "
+        f"being the {len(family)} tests ({', '.join(column_label(k) for k in family)}) of one loss "
+        f"against the baseline within {name} on this backbone: one family per framework, backbone and "
+        "loss, so no framework changes another's p-values."
+    )
+    if published:
+        caption += f" Italic rows: {name}'s published numbers (not produced here), each with its source."
+    else:
+        caption += (
+            f" No published {name} numbers exist for this backbone: compare the losses with each other, "
+            "not with the published numbers."
+        )
+    return Table(
+        f"Table 2 — {name} — {backbone} (source `{params.backbone_source(backbone)}`)",
+        header,
+        rows,
+        caption,
+        classes,
+    )
+
+
+def framework_has_runs(data: ReportData, framework: str, backbone: str) -> bool:
+    """Whether ``significance.json`` summarises any run of ``framework`` on ``backbone``."""
+    sig = data.significance_of(framework)
+    return sig is not None and bool(sig["backbones"].get(backbone, {}).get("losses"))
+
+
+def framework_published_reference(params: Params, data: ReportData) -> Table | None:
+    """The published rows of the sweep's frameworks besides SimCSE (their own papers' / repositories'
+    BERT-base rows, no Focal-InfoNCE) that no framework Table 2 shows beside our runs; None if none."""
+    shown = {
+        (r.framework, r.backbone)
+        for f in params.sweep.frameworks
+        for b in params.sweep.backbones
+        for r in published_rows(b, params.backbone_source(b), framework=f)
+    }
+    rows_ = [  # in sweep order
+        r
+        for f in params.sweep.frameworks
+        for r in PUBLISHED_FRAMEWORKS
+        if r.framework == f and (r.framework, r.backbone) not in shown
+    ]
+    if not rows_:
+        return None
+    cols = metric_columns(params, data.significance)
+    rows = [
+        [published_label(r), framework_label(r.framework), r.backbone] + [fmt(r.scores.get(c)) for c in cols]
+        for r in rows_
+    ]
+    names = _and(list(dict.fromkeys(framework_label(r.framework) for r in rows_)))
+    caption = (
+        f"{names} as their own authors published them (unsupervised, each framework's own InfoNCE-based "
+        "objective, no Focal-InfoNCE), for reference only: not produced here, each with its source. The "
+        "Focal-InfoNCE paper's own DiffCSE and DiffCSE + Focal-InfoNCE numbers (its Table 3) were lost in "
+        "the captured text, so none is shown; §5.3 reports no gain of Focal-InfoNCE with PromptBERT "
+        "without a table. Compare none of these rows with the runs above, which start from another "
+        "backbone and train on a small sample."
+    )
+    return Table(
+        f"Published {names} rows (reference)",
+        ["Row", "framework", "backbone", *[column_label(c) for c in cols]],
+        rows,
+        caption,
+        ["published"] * len(rows),
+    )
+
+
 # (key, column, format): alignment / uniformity to 3 significant digits, Spearman to 2 decimals
 TABLE3_KEYS: tuple[tuple[str, str, Digits], ...] = (
     ("alignment", "Alignment ↓", ".3g"),
@@ -197,8 +312,17 @@ TABLE3_KEYS: tuple[tuple[str, str, Digits], ...] = (
 )
 
 
+# Table 3 over several frameworks: the paper's column names
+TABLE3_FRAMEWORK_LABELS = {"alignment": "ALGN ↓", "uniformity": "UNIF ↓"}
+
+
 def table3(params: Params, data: ReportData, backbone: str) -> Table:
-    """Alignment, uniformity (STS-B test; lower is better) and STS-B Spearman per loss, mean ± std."""
+    """Alignment, uniformity (STS-B test; lower is better) and STS-B Spearman per loss, mean ± std.
+    With frameworks besides SimCSE, the paper's Table 3: every framework's rows (``SimCSE``,
+    ``SimCSE + Focal-InfoNCE``, ``DiffCSE``, ...), each loss tested against the same framework's
+    baseline-loss runs (paired t-test over matched seeds, raw p)."""
+    if params.sweep.frameworks:
+        return framework_table3(params, data, backbone)
     header = ["Model", "seeds", *[label for _, label, _ in TABLE3_KEYS]]
     rows, classes = loss_rows(params, data.significance, backbone, [(k, d) for k, _, d in TABLE3_KEYS])
     caption = (
@@ -207,6 +331,117 @@ def table3(params: Params, data: ReportData, backbone: str) -> Table:
         "numbers were lost in the captured text, so no published row is shown."
     )
     return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
+
+
+def framework_table3(params: Params, data: ReportData, backbone: str) -> Table:
+    """Table 3 over every framework of the sweep (see :func:`table3`)."""
+    header = ["Model", "seeds", *[TABLE3_FRAMEWORK_LABELS.get(k, label) for k, label, _ in TABLE3_KEYS]]
+    cols = [(k, d) for k, _, d in TABLE3_KEYS]
+    rows, classes, absent = [], [], []
+    for f in params.sweep.all_frameworks:
+        if not framework_has_runs(data, f, backbone):
+            absent.append(framework_label(f))
+            continue
+        sig = data.significance_of(f)
+        # every framework's rows named as the paper's Table 3, SimCSE's too ("SimCSE + Focal-InfoNCE")
+        r, c = loss_rows(params, sig, backbone, cols, label=partial(run_label, f, baseline=sig["baseline"]))
+        rows += r
+        classes += c
+    base = f"the baseline loss (`{params.significance.baseline}`)"
+    caption = (
+        f"The paper's Table 3 layout: each framework trained with {base}, named by the framework alone "
+        "(“SimCSE”, “DiffCSE”), and with every other loss (“+ loss”). ALGN = alignment, "
+        "E‖f(x)−f(y)‖² over STS-B test pairs with gold > 4; UNIF = uniformity, log E e^{−2‖f(x)−f(y)‖²} "
+        "over all STS-B test sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
+        "both. STS-B: test Spearman × 100. Mean ± std (ddof 1) over seeds; each Δ and raw p is a "
+        "two-sided paired t-test over matched seeds against the SAME framework trained with "
+        f"{base} on this backbone (descriptive columns: no Holm adjustment). The paper's Table 3 numbers "
+        "were lost in the captured text, so no published row is shown."
+    )
+    if absent:
+        caption += f" Not evaluated yet on this backbone (no item in significance.json): {_and(absent)}."
+    return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
+
+
+def promptbert_table(params: Params, data: ReportData, backbone: str) -> Table | None:
+    """§5.3: PromptBERT trained with the baseline loss against PromptBERT with every other loss, the
+    7-task average and STS-B, Δ and raw p; None without PromptBERT runs on ``backbone``."""
+    if not framework_has_runs(data, "promptbert", backbone):
+        return None
+    sig = data.significance_of("promptbert")
+    keys = [k for k in ("avg", "STSBenchmark") if k in metric_columns(params, sig)]
+    rows, classes = loss_rows(
+        params, sig, backbone, [(k, 2) for k in keys], label=framework_runs_label(params, "promptbert")
+    )
+    n_tasks = len([c for c in metric_columns(params, sig) if c != "avg"])
+    caption = (
+        f"Avg. = the {n_tasks}-task average, STS-B = STS-B test, Spearman × 100, mean ± std (ddof 1) over "
+        "seeds; Δ and raw p: two-sided paired t-test over matched seeds against PromptBERT trained with "
+        f"the baseline loss (`{sig['baseline']}`) (the same tests as in PromptBERT's Table 2, whose Holm row covers "
+        "all its columns)."
+    )
+    return Table(
+        f"PromptBERT + Focal-InfoNCE (§5.3) — {backbone}",
+        ["Model", "seeds", *[column_label(k) for k in keys]],
+        rows,
+        caption,
+        classes,
+    )
+
+
+def _direction(test: dict[str, Any] | None, alpha: float) -> str:
+    """A paired test in words: its Δ, p and whether it is a significant gain / loss at ``alpha``."""
+    if not test or test.get("mean_diff") is None:
+        return "not tested"
+    p = test.get("p_value")
+    ptext = "p undefined" if p is None or p != p else f"raw p = {p:.3g}"
+    if p is not None and p == p and p < alpha:
+        verdict = "a significant gain" if test["mean_diff"] > 0 else "a significant loss"
+    else:
+        verdict = f"not significant at α = {alpha:g}"
+    return f"{fmt_diff(test)} ({ptext}, n = {test.get('n', '?')}; {verdict})"
+
+
+def _device(runs: Sequence[dict[str, Any]]) -> str:
+    """``"CPU "`` / ``"GPU "`` when every run's meta records the same kind of device, else ``""``."""
+    kinds = set()
+    for ev in runs:
+        hw = ev.get("meta", {}).get("hardware") or {}
+        kinds.add(None if "cuda" not in hw else ("GPU" if hw["cuda"] else "CPU"))
+    return f"{kinds.pop()} " if len(kinds) == 1 and None not in kinds else ""
+
+
+def promptbert_sentence(params: Params, data: ReportData, backbone: str) -> str:
+    """One plain paragraph: what the measured PromptBERT numbers on ``backbone`` do and do not say
+    about §5.3 (no gain from Focal-InfoNCE with PromptBERT; the paper's guess why)."""
+    sig = data.significance_of("promptbert")
+    entry = sig["backbones"][backbone]
+    alpha = sig["alpha"]
+    parts = []
+    for loss, tests in entry.get("ttest", {}).items():
+        parts.append(
+            f"{run_label('promptbert', loss, sig['baseline'])} against PromptBERT: 7-task average "
+            f"{_direction(tests.get('avg'), alpha)}, STS-B {_direction(tests.get('STSBenchmark'), alpha)}"
+        )
+    measured = "; ".join(parts) if parts else "no loss was tested against PromptBERT's baseline-loss runs"
+    n_seeds = len(params.sweep.seeds)
+    runs = [ev for (b, _, _), ev in data.framework_evals.get("promptbert", {}).items() if b == backbone]
+    device = _device(runs)
+    size = f"{params.data.num_sentences:,} training sentences, {n_seeds} seed{'s' if n_seeds != 1 else ''}"
+    paper = set(published_backbones())
+    if not {backbone_key(backbone), backbone_key(params.backbone_source(backbone))} & paper:
+        setting = f"in small {device}runs from `{backbone}` ({size}), not from the paper's BERT-base"
+    else:
+        setting = f"in {device}runs from `{backbone}` ({size})"
+    return (
+        f"Measured here, {setting}: {measured}. The paper (§5.3) saw no improvement from Focal-InfoNCE "
+        "with PromptBERT and guessed that PromptBERT's positives come from two different templates, not "
+        "from dropout alone. These numbers can agree or disagree with the paper's finding only for this "
+        "setting: a non-significant difference from so few seeds is not evidence of no effect, a "
+        "significant one on this backbone and corpus need not carry over to BERT-base, and nothing here "
+        "tests the paper's explanation (that would need PromptBERT runs that change how positives are "
+        "made)."
+    )
 
 
 def ablation_defaults(params: Params) -> dict[str, float | None]:
@@ -366,6 +601,8 @@ def _ablation_items(data: ReportData) -> list[dict[str, Any]]:
 
 def _metas(data: ReportData) -> list[dict[str, Any]]:
     metas = [r.get("meta", {}) for r in [*data.evals.values(), *data.trains.values()]]
+    for runs in [*data.framework_evals.values(), *data.framework_trains.values()]:
+        metas += [r.get("meta", {}) for r in runs.values()]
     metas += [it.get("meta", {}) for it in _ablation_items(data)]
     if data.hard_negatives:
         metas += data.hard_negatives.get("metas", [])
@@ -386,6 +623,19 @@ def wall_times(data: ReportData) -> dict[str, tuple[float, int]]:
         if data.hard_negatives and "wall_seconds" in data.hard_negatives
         else [],
     }
+    if data.framework_evals or data.framework_trains:  # a sweep with frameworks besides SimCSE
+        out["train_framework"] = [
+            r["wall_seconds"]
+            for runs in data.framework_trains.values()
+            for r in runs.values()
+            if r.get("wall_seconds") is not None
+        ]
+        out["evaluate_framework"] = [
+            r["meta"]["wall_time_s"]
+            for runs in data.framework_evals.values()
+            for r in runs.values()
+            if r.get("meta", {}).get("wall_time_s") is not None
+        ]
     return {k: (float(sum(v)), len(v)) for k, v in out.items()}
 
 
@@ -408,6 +658,13 @@ def provenance_items(params: Params, data: ReportData, params_file: str, commit:
         f"Parameter set: `{experiment}` (tracking.experiment) from `{params_file}`",
         "Backbones: " + "; ".join(f"`{b}` ← `{params.backbone_source(b)}`" for b in params.sweep.backbones),
         f"Losses: {', '.join(params.sweep.losses)}; seeds: {', '.join(str(s) for s in params.sweep.seeds)}",
+        *(
+            [
+                f"Frameworks: {', '.join(framework_label(f) for f in params.sweep.all_frameworks)} (sweep.frameworks)"
+            ]
+            if params.sweep.frameworks
+            else []
+        ),
         "Hardware: " + ("; ".join(hardware) if hardware else "not recorded"),
         "Versions: " + (", ".join(f"{k} {v}" for k, v in versions.items()) if versions else "not recorded"),
         f"Wall time: {fmt_seconds(total)} ({total:.1f} s), the sum of the stage wall times recorded in the "
@@ -426,6 +683,13 @@ def intro(ctx: Context) -> None:
         "from the same starting model, several seeds each. Generated by the DVC `report` "
         "stage from the pipeline's metrics files; every number below comes from those files, except rows "
         "marked as published."
+        + (
+            f" As the paper's Table 3 and §5.3, the same losses also train "
+            f"{_and([framework_label(f) for f in ctx.params.sweep.frameworks])}, each loss compared with "
+            "the same framework trained with the baseline loss."
+            if ctx.params.sweep.frameworks
+            else ""
+        )
     )
 
 
@@ -439,6 +703,32 @@ def sts_tables(ctx: Context) -> None:
     for b in ctx.data.significance["backbones"]:
         ctx.doc.table(table2(ctx.params, ctx.data, b))
     reference = published_reference(ctx.params, ctx.data)
+    if reference is not None:
+        ctx.doc.table(reference)
+    framework_sts_tables(ctx)
+
+
+def framework_sts_tables(ctx: Context) -> None:
+    """Table 2 of every framework besides SimCSE, per backbone, and their published rows; what is
+    missing (no item evaluated, or significance.json written before the framework joined) is said."""
+    params, data = ctx.params, ctx.data
+    if not params.sweep.frameworks:
+        return
+    ctx.doc.p(
+        "The same table for every other framework of the sweep: its runs with each loss, tested against "
+        "the same framework trained with the baseline loss on the same backbone."
+    )
+    for f in params.sweep.frameworks:
+        for b in params.sweep.backbones:
+            if framework_has_runs(data, f, b):
+                ctx.doc.table(table2(params, data, b, f))
+            else:
+                ctx.doc.p(
+                    f"Table 2 — {framework_label(f)} — `{b}`: not available (no evaluated {f} item of "
+                    "this backbone in metrics/significance.json; run the `evaluate_framework` and "
+                    "`significance` stages)."
+                )
+    reference = framework_published_reference(params, data)
     if reference is not None:
         ctx.doc.table(reference)
 
@@ -496,7 +786,12 @@ def alignment_uniformity(ctx: Context) -> None:
         ctx.add_figure(
             "alignment_uniformity",
             figures.alignment_uniformity(points, ctx.fig_dir / "alignment_uniformity.png"),
-            "Alignment against uniformity on STS-B test, one point per run (label = seed); lower-left is better.",
+            "Alignment against uniformity on STS-B test, one point per run (label = seed); lower-left is better."
+            + (
+                " SimCSE runs only (the other frameworks' are in Table 3)."
+                if ctx.params.sweep.frameworks
+                else ""
+            ),
         )
 
 
@@ -504,10 +799,20 @@ def ablations(ctx: Context) -> None:
     params, data = ctx.params, ctx.data
     ctx.doc.h2("Tables 4 and 5: τ and m ablations (STS-B test)")
     band = seed_band(params, data)
+    swept = [kind for kind in ABLATION_TABLES if params.ablation_values(kind)]  # [] = no such table
     for kind in ABLATION_TABLES:
+        if kind not in swept:
+            key = "ablation.temperatures" if kind == "tau" else "ablation.ms"
+            ctx.doc.p(
+                f"Table {ABLATION_TABLES[kind]} (effect of {ABLATION_SYMBOLS[kind]}): not run in this "
+                f"parameter set (`{key}` is empty)."
+            )
+            continue
         ctx.doc.table(ablation_table(params, data, kind))
         ctx.doc.p(f"{band_line(params, band)} {band_sentence(kind, data.ablation.get(kind, []), band)}")
-    series = {ABLATION_SYMBOLS[k]: ablation_scores(points) for k, points in data.ablation.items()}
+    series = {
+        ABLATION_SYMBOLS[k]: ablation_scores(points) for k, points in data.ablation.items() if k in swept
+    }
     if any(series.values()):
         defaults = {ABLATION_SYMBOLS[k]: v for k, v in ablation_defaults(params).items() if v is not None}
         ab = params.ablation
@@ -567,6 +872,11 @@ def training_curves(ctx: Context) -> None:
     ctx.doc.p(
         "Training loss and STS-B dev Spearman against step, per loss (colour) and seed (line style); the "
         "model kept is the best on dev. Also declared as DVC plots (`dvc plots show`)."
+        + (
+            " SimCSE runs only: the other frameworks' curves are in metrics/curves/ (`dvc plots show`)."
+            if ctx.params.sweep.frameworks
+            else ""
+        )
     )
     for b in ctx.params.sweep.backbones:
         runs = {(loss, seed): c for (bb, loss, seed), c in ctx.data.curves.items() if bb == b}
@@ -591,13 +901,80 @@ def hard_negatives(ctx: Context) -> None:
         )
 
 
+def framework_notes(params: Params) -> list[str]:
+    """What the sweep's frameworks besides SimCSE are here, computed from params: how each makes its
+    positives, DiffCSE's generator, PromptBERT's denoising, and what stays SimCSE-only."""
+    notes = []
+    fw = params.frameworks
+    if "diffcse" in params.sweep.frameworks:
+        d = fw.diffcse
+        if d.generator:
+            gen = f"the generator is `{d.generator}` (`frameworks.diffcse.generator`)"
+        else:
+            g = d.pretrain
+            gen = (
+                "the generator is the small MLM the `pretrain_generator` stage trained on the training "
+                f"corpus with the backbone's tokenizer ({g.layers} layers, hidden {g.hidden}, {g.steps} steps from "
+                "random weights), not `distilbert-base-uncased` (the official generator for BERT, which "
+                'cannot be downloaded here), because `frameworks.diffcse.generator` is ""; its edits are '
+                "therefore cruder than the official ones"
+            )
+        notes.append(
+            "DiffCSE (Chuang et al., 2022): SimCSE's contrastive loss (the loss under test) plus "
+            f"λ = {d.lambda_weight:g} × a conditional replaced-token-detection loss on sentences masked at "
+            f"{d.mask_ratio:g} and refilled by a frozen MLM generator"
+            f"{', BatchNorm projector' if d.batchnorm else ''}; {gen}."
+        )
+    if "promptbert" in params.sweep.frameworks:
+        pb = fw.promptbert
+        notes.append(
+            "PromptBERT (Jiang et al., 2022): the sentence vector is the [MASK] state of a template "
+            f"(templates `{pb.templates}`); the two views of a sentence use two different templates, "
+            f"{'denoised' if pb.denoise else 'not denoised'} in training (`frameworks.promptbert.denoise`), "
+            "and the loss under test replaces InfoNCE. Evaluation denoising follows "
+            f"`frameworks.promptbert.eval_denoise` = {str(pb.eval_denoise).lower()}: the template's own "
+            f"[MASK] vector is {'subtracted' if pb.eval_denoise else 'not subtracted'} at evaluation "
+            "(the official unsupervised evaluation, Prompt-BERT's eval_only.sh, does not subtract it)."
+        )
+    notes.append(
+        "Per-run figures (training curves, the alignment-uniformity scatter), the τ / m ablations and the "
+        "hard negatives are SimCSE's only; the tables below cover every framework."
+    )
+    return notes
+
+
+def frameworks(ctx: Context) -> None:
+    """Only with frameworks besides SimCSE: what they are here (see :func:`framework_notes`)."""
+    if not ctx.params.sweep.frameworks:
+        return
+    names = _and([framework_label(f) for f in ctx.params.sweep.frameworks])
+    ctx.doc.h2(f"Frameworks besides SimCSE: {names}")
+    ctx.doc.bullets(framework_notes(ctx.params))
+
+
+def promptbert(ctx: Context) -> None:
+    """Only with PromptBERT in the sweep: §5.3's comparison, per backbone, and what it says."""
+    if "promptbert" not in ctx.params.sweep.frameworks:
+        return
+    ctx.doc.h2("PromptBERT with Focal-InfoNCE (§5.3)")
+    for b in ctx.params.sweep.backbones:
+        table = promptbert_table(ctx.params, ctx.data, b)
+        if table is None:
+            ctx.doc.p(f"`{b}`: no evaluated PromptBERT item in metrics/significance.json yet.")
+            continue
+        ctx.doc.table(table)
+        ctx.doc.p(promptbert_sentence(ctx.params, ctx.data, b))
+
+
 # The report, top to bottom.
 SECTIONS: list[Section] = [
     intro,
     provenance,
     departures,
+    frameworks,
     sts_tables,
     alignment_uniformity,
+    promptbert,
     ablations,
     focal_figure,
     training_curves,

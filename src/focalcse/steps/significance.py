@@ -1,43 +1,54 @@
-"""Step ``significance``: mean±std over seeds, paired t-tests of every loss against the baseline and
-their Holm-adjusted p-values (one family per backbone and loss: the tasks and ``avg``). Writes the
-full document (``metrics/significance.json``, a plain output) and DVC's one metrics file, the
-summary (``metrics/summary.json``)."""
+"""Step ``significance``: mean±std over seeds, paired t-tests of every loss against the baseline loss
+of the same framework and backbone, and their Holm-adjusted p-values (one family per framework,
+backbone and loss: the tasks and ``avg``). Writes the full document (``metrics/significance.json``, a
+plain output) and DVC's one metrics file, the summary (``metrics/summary.json``).
+
+SimCSE's items are the ``evaluate`` stage's; every framework of ``sweep.frameworks`` adds the
+``evaluate_framework`` stage's items (their own files, :meth:`focalcse.layout.Layout.eval_metrics`
+with the framework). A SimCSE-only sweep writes exactly what it wrote before frameworks existed."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from focalcse.config import Params
+from focalcse.config import BASE_FRAMEWORK, Params
 from focalcse.data.tasks import TASKS
-from focalcse.eval.significance import significance, summary
+from focalcse.eval.significance import run_framework, significance, summary
 from focalcse.layout import Layout
 from focalcse.provenance import provenance
 from focalcse.results import read_result, write_result
 
 
 def load_eval_runs(params: Params, layout: Layout) -> list[dict[str, Any]]:
-    """The evaluation of every sweep item that has one (files of items outside the sweep are not
-    read); each carries backbone/loss/seed in ``meta``."""
-    sweep, runs = params.sweep, []
-    for backbone in sweep.backbones:
-        for loss in sweep.losses:
-            for seed in sweep.seeds:
-                path = layout.eval_metrics(backbone, loss, seed)
-                if not path.is_file():
-                    continue
-                data = read_result(path)
-                missing = [k for k in ("backbone", "loss", "seed") if k not in data.get("meta", {})]
-                if missing:
-                    raise ValueError(f"{path}: meta lacks {missing}; not written by the evaluate stage")
-                runs.append(data)
+    """The evaluation of every sweep item that has one, SimCSE's first (files of items outside the
+    sweep are not read); each carries backbone/loss/seed in ``meta``, and, for a framework other than
+    SimCSE, its framework (from the file's place when the meta names none; a meta naming another
+    framework than its file's is refused)."""
+    runs = []
+    for framework, backbone, loss, seed in params.framework_items():
+        path = layout.eval_metrics(backbone, loss, seed, framework)
+        if not path.is_file():
+            continue
+        data = read_result(path)
+        meta = data.get("meta", {})
+        missing = [k for k in ("backbone", "loss", "seed") if k not in meta]
+        if missing:
+            raise ValueError(f"{path}: meta lacks {missing}; not written by the evaluate stage")
+        if "framework" in meta and run_framework(data) != framework:
+            raise ValueError(
+                f"{path}: meta names framework {run_framework(data)!r}, but the file is a {framework} item"
+            )
+        if framework != BASE_FRAMEWORK and "framework" not in meta:
+            data = {**data, "meta": {**meta, "framework": framework}}
+        runs.append(data)
     if not runs:
         raise ValueError(f"{layout.eval_dir}: no evaluation of any sweep item")
     return runs
 
 
 def run(params: Params, layout: Layout) -> dict[str, Any]:
-    """Per sweep backbone, over the sweep's seeds; written to ``layout.significance_file`` and
-    summarised into ``layout.summary_file``."""
+    """Per framework and sweep backbone, over the sweep's seeds; written to
+    ``layout.significance_file`` and summarised into ``layout.summary_file``."""
     sweep, sig = params.sweep, params.significance
     runs = load_eval_runs(params, layout)
     out = significance(
@@ -48,6 +59,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         tasks=[t for t in TASKS if t in params.eval.tasks],
         baseline=sig.baseline,
         alpha=sig.alpha,
+        frameworks=sweep.all_frameworks,
     )
     out["meta"] = provenance(runs=len(runs), eval_dir=str(layout.eval_dir))
     write_result(layout.significance_file, out)
