@@ -1,0 +1,106 @@
+"""The frameworks set end to end, tiny: the tiny default project (tests/conftest.py ``tiny_repro``)
+gains ``sweep.frameworks: [promptbert, diffcse]``; ``dvc repro`` trains the generator and the
+framework items and leaves every SimCSE item as it was; the saved PromptBERT model re-scores to the
+same numbers with ``focalcse evaluate``; significance and the report carry the frameworks."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from tiny_project import project_env, run
+
+FRAMEWORKS = ["promptbert", "diffcse"]
+TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+
+
+@pytest.fixture(scope="module")
+def fw_project(tiny_repro: Path, tmp_path_factory) -> tuple[Path, str]:
+    project = Path(shutil.copytree(tiny_repro, tmp_path_factory.mktemp("fw") / "repo", symlinks=True))
+    lock_before = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["sweep"]["frameworks"] = FRAMEWORKS
+    params["frameworks"]["diffcse"]["pretrain"] = {
+        "hidden": 32,
+        "layers": 1,
+        "heads": 2,
+        "steps": 4,
+        "batch_size": 16,
+    }
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = run(["dvc", "repro"], project, project_env(project), timeout=1500).stdout
+    lock_after = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    simcse = {k: v for k, v in lock_before.items() if k.startswith(("train@", "evaluate@"))}
+    assert simcse and all(lock_after[k] == v for k, v in simcse.items())  # byte-for-byte the same entries
+    return project, out
+
+
+def test_simcse_items_are_not_rerun(fw_project) -> None:
+    _, out = fw_project
+    ran = set(re.findall(r"Running stage '([^']+)'", out))
+    assert not {s for s in ran if s.startswith(("train@", "evaluate@", "hard_negatives@"))}, ran
+    expected = {
+        f"{st}@{fw}-tiny-{loss}-{seed}"
+        for st in ("train_framework", "evaluate_framework")
+        for fw in FRAMEWORKS
+        for loss in ("infonce", "focal_infonce")
+        for seed in (1, 2)
+    }
+    assert expected <= ran
+    assert "pretrain_generator@tiny" in ran
+
+
+def test_generator_trained_and_recorded(fw_project) -> None:
+    project, _ = fw_project
+    record = json.loads((project / "models/generators/tiny/generator.json").read_text())
+    assert record["pretrained"] is True and (project / "models/generators/tiny/config.json").is_file()
+    diff = json.loads((project / "models/diffcse/tiny/infonce/seed1/focalcse.json").read_text())
+    assert diff["extra"]["framework"]["name"] == "diffcse"
+    assert diff["extra"]["framework"]["generator"] == "models/generators/tiny"
+
+
+def test_promptbert_model_rescores_identically(fw_project, tmp_path) -> None:
+    project, _ = fw_project
+    model = project / "models/promptbert/tiny/focal_infonce/seed1"
+    record = json.loads((model / "focalcse.json").read_text())
+    assert record["framework"]["name"] == "promptbert" and record["framework"]["eval_denoise"] is True
+    saved = json.loads((project / "metrics/eval/promptbert-tiny-focal_infonce-seed1.json").read_text())
+    out = tmp_path / "rescore.json"
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    run(
+        [
+            "focalcse",
+            "evaluate",
+            "--model",
+            str(model),
+            "--output",
+            str(out),
+            "--data-dir",
+            str(project / "data/sts"),
+            "--batch-size",
+            str(params["eval"]["batch_size"]),
+            "--precision",
+            params["eval"]["precision"],
+        ],
+        project,
+        project_env(project),
+    )
+    again = json.loads(out.read_text())
+    assert {k: again[k] for k in [*TASKS, "avg"]} == {k: saved[k] for k in [*TASKS, "avg"]}
+
+
+def test_significance_and_report_carry_the_frameworks(fw_project) -> None:
+    project, _ = fw_project
+    summary = json.loads((project / "metrics/summary.json").read_text())
+    assert {"infonce", "focal_infonce"} <= set(summary)  # SimCSE's keys as before
+    for fw in FRAMEWORKS:
+        assert {"avg", "std", "p", "p_holm"} <= set(summary[fw]["focal_infonce"])
+    report = (project / "reports/report.md").read_text()
+    assert "Table 3" in report and "PromptBERT" in report and "DiffCSE" in report
+    for fw in FRAMEWORKS:
+        ev = json.loads((project / f"metrics/eval/{fw}-tiny-infonce-seed2.json").read_text())
+        assert set(TASKS) <= set(ev) and "alignment" in ev
