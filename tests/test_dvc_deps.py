@@ -188,6 +188,8 @@ def rendered_stages() -> list[tuple[str, str, list[str], dict[str, Any]]]:
             axes = {k: list(_render(v, params)) for k, v in spec["matrix"].items()}
             if "loss" in axes:
                 axes["loss"] += [n for n in loss_names() if n not in axes["loss"]]
+            if "backbone" in axes and not axes["backbone"]:  # sweep.framework_backbones: [] in params.yaml
+                axes["backbone"] = list(params["sweep"]["backbones"])
             if "framework" in axes:  # every framework besides SimCSE, whatever params.yaml lists
                 axes["framework"] += [
                     f for f in FRAMEWORKS if f != BASE_FRAMEWORK and f not in axes["framework"]

@@ -63,6 +63,16 @@ def test_sweep_frameworks_validated(tmp_path: Path) -> None:
         load_params(_params(tmp_path, sweep={"frameworks": ["simcse"]}))
     with pytest.raises(ConfigError, match=r"sweep.frameworks = \['bogus'\]"):
         load_params(_params(tmp_path, sweep={"frameworks": ["bogus"]}))
+    with pytest.raises(
+        ConfigError, match=r"sweep.framework_backbones = \[\]: expected at least one backbone"
+    ):
+        load_params(_params(tmp_path, sweep={"frameworks": ["diffcse"]}))
+    with pytest.raises(
+        ConfigError, match=r"sweep.framework_backbones = \['bert-base-uncased'\]: expected unique names"
+    ):
+        load_params(
+            _params(tmp_path, sweep={"frameworks": ["diffcse"], "framework_backbones": ["bert-base-uncased"]})
+        )
     with pytest.raises(ConfigError, match=r"frameworks.diffcse.lambda_weight = -1"):
         load_params(_params(tmp_path, frameworks={"diffcse": {"lambda_weight": -1}}))
     with pytest.raises(ConfigError, match=r"frameworks: unknown key\(s\) \['simcse'\]"):
@@ -74,7 +84,13 @@ def test_framework_train_keys_layer_over_the_item(tmp_path: Path) -> None:
         "diffcse": {"train": {"lr": 7.0e-6}, "backbones": {"all-MiniLM-L6-v2": {"epochs": 2}}},
         "promptbert": {"templates": "bert"},
     }
-    p = load_params(_params(tmp_path, frameworks=fw, sweep={"frameworks": ["diffcse"]}))
+    p = load_params(
+        _params(
+            tmp_path,
+            frameworks=fw,
+            sweep={"frameworks": ["diffcse"], "framework_backbones": ["all-MiniLM-L6-v2"]},
+        )
+    )
     simcse, diff = (
         p.train_config("all-MiniLM-L6-v2", "infonce", 1),
         p.train_config("all-MiniLM-L6-v2", "infonce", 1, "diffcse"),
@@ -87,7 +103,9 @@ def test_framework_train_keys_layer_over_the_item(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="frameworks.diffcse.train"):
         load_params(
             _params(
-                tmp_path, frameworks={"diffcse": {"train": {"lr": -1}}}, sweep={"frameworks": ["diffcse"]}
+                tmp_path,
+                frameworks={"diffcse": {"train": {"lr": -1}}},
+                sweep={"frameworks": ["diffcse"], "framework_backbones": ["all-MiniLM-L6-v2"]},
             )
         )
 

@@ -24,6 +24,7 @@ def fw_project(tiny_repro: Path, tmp_path_factory) -> tuple[Path, str]:
     lock_before = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["sweep"]["frameworks"] = FRAMEWORKS
+    params["sweep"]["framework_backbones"] = ["tiny"]
     params["frameworks"]["diffcse"]["pretrain"] = {
         "hidden": 32,
         "layers": 1,

@@ -54,6 +54,7 @@ def _params(tmp_path: Path, backbones=None, frameworks=("promptbert", "diffcse")
     raw["sweep"] = {**raw["sweep"], "frameworks": list(frameworks)}
     if backbones:
         raw["sweep"]["backbones"] = list(backbones)
+    raw["sweep"]["framework_backbones"] = list(raw["sweep"]["backbones"]) if frameworks else []
     if diffcse is not None:
         raw["frameworks"] = {"diffcse": diffcse}
     raw["tracking"] = {**(raw.get("tracking") or {}), "experiment": "frameworks"}

@@ -283,6 +283,7 @@ def _params(tmp_path: Path, frameworks: list[str], backbones: list[str] | None =
     raw["sweep"] = {**raw["sweep"], "frameworks": frameworks}
     if backbones:
         raw["sweep"]["backbones"] = backbones
+    raw["sweep"]["framework_backbones"] = list(raw["sweep"]["backbones"]) if frameworks else []
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return load_params(path)

@@ -220,11 +220,17 @@ class SweepConfig:
     # Frameworks trained besides SimCSE (DVC's train_framework / evaluate_framework matrix axis).
     # SimCSE always runs, as the train / evaluate stages: every framework is compared with it.
     frameworks: tuple[str, ...] = ()
+    # The backbones those frameworks train (a subset of backbones; the paper ran them on BERT-base only).
+    framework_backbones: tuple[str, ...] = ()
 
     @property
     def all_frameworks(self) -> tuple[str, ...]:
         """SimCSE, then ``frameworks``: every framework the sweep trains."""
         return (BASE_FRAMEWORK, *self.frameworks)
+
+    def backbones_of(self, framework: str) -> tuple[str, ...]:
+        """The backbones ``framework`` trains: every sweep backbone for SimCSE, else ``framework_backbones``."""
+        return self.backbones if framework == BASE_FRAMEWORK else self.framework_backbones
 
     def __post_init__(self) -> None:
         others = [f for f in FRAMEWORKS if f != BASE_FRAMEWORK]
@@ -238,6 +244,22 @@ class SweepConfig:
             )
         if not self.backbones:
             _fail("sweep", "backbones", list(self.backbones), "at least one backbone")
+        fb = list(self.framework_backbones)
+        if any(b not in self.backbones for b in fb) or len(set(fb)) != len(fb):
+            _fail(
+                "sweep",
+                "framework_backbones",
+                fb,
+                f"unique names from sweep.backbones ({', '.join(self.backbones)})",
+            )
+        if bool(self.frameworks) != bool(fb):
+            _fail(
+                "sweep",
+                "framework_backbones",
+                fb,
+                "at least one backbone when sweep.frameworks is set, and [] when it is []"
+                f" (sweep.frameworks = {list(self.frameworks)})",
+            )
         bad = [x for x in self.losses if x not in loss_names()]
         if bad or not self.losses or len(set(self.losses)) != len(self.losses):
             _fail(
@@ -593,7 +615,7 @@ class Params:
         return [
             (f, b, loss, s)
             for f in sw.all_frameworks
-            for b in sw.backbones
+            for b in sw.backbones_of(f)
             for loss in sw.losses
             for s in sw.seeds
         ]
@@ -738,6 +760,8 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     for backbone in params.sweep.backbones:  # validate every merged train config up front
         check_backbone(backbone, params.backbone_source(backbone))
         for framework in params.sweep.all_frameworks:
+            if backbone not in params.sweep.backbones_of(framework):
+                continue
             for loss in params.sweep.losses:
                 params.train_config(backbone, loss, params.sweep.seeds[0], framework)
     check_ablation(params)

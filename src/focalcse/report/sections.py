@@ -270,7 +270,7 @@ def framework_published_reference(params: Params, data: ReportData) -> Table | N
     shown = {
         (r.framework, r.backbone)
         for f in params.sweep.frameworks
-        for b in params.sweep.backbones
+        for b in params.sweep.backbones_of(f)
         for r in published_rows(b, params.backbone_source(b), framework=f)
     }
     rows_ = [  # in sweep order
@@ -719,7 +719,7 @@ def framework_sts_tables(ctx: Context) -> None:
         "the same framework trained with the baseline loss on the same backbone."
     )
     for f in params.sweep.frameworks:
-        for b in params.sweep.backbones:
+        for b in params.sweep.backbones_of(f):
             if framework_has_runs(data, f, b):
                 ctx.doc.table(table2(params, data, b, f))
             else:
@@ -957,7 +957,7 @@ def promptbert(ctx: Context) -> None:
     if "promptbert" not in ctx.params.sweep.frameworks:
         return
     ctx.doc.h2("PromptBERT with Focal-InfoNCE (§5.3)")
-    for b in ctx.params.sweep.backbones:
+    for b in ctx.params.sweep.backbones_of("promptbert"):
         table = promptbert_table(ctx.params, ctx.data, b)
         if table is None:
             ctx.doc.p(f"`{b}`: no evaluated PromptBERT item in metrics/significance.json yet.")
