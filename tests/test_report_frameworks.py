@@ -224,7 +224,16 @@ def test_a_three_framework_report_has_table3_promptbert_rows_every_table2_and_th
     pb = _table(tables, f"PromptBERT + Focal-InfoNCE (§5.3) — {b}")
     assert pb[0] == ["Model", "seeds", "Avg.", "STS-B"]
     check_block({r[0]: r for r in pb[1:]}, root, params, "promptbert", b, ["avg", "STSBenchmark"], holm=False)
-    sentence = next(line for line in md.splitlines() if line.startswith("Measured here, "))
+    said = [line for line in md.splitlines() if line.startswith("Measured here, ")]
+    sentence = next(line for line in said if "against PromptBERT:" in line)
+    # Table 3's paragraph: DiffCSE's STS-B, alignment and uniformity tests in words
+    diff_said = next(line for line in said if "against DiffCSE:" in line)
+    druns = {loss: evals(root, params, "diffcse", b, loss) for loss in ("infonce", "focal_infonce")}
+    d_stsb = np.mean([r["STSBenchmark"] for r in druns["focal_infonce"].values()]) - np.mean(
+        [r["STSBenchmark"] for r in druns["infonce"].values()]
+    )
+    assert f"STS-B {d_stsb:+.2f} (raw p = " in diff_said and "generator: the small MLM" in diff_said
+    assert "Table 3 reports that Focal-InfoNCE improves DiffCSE" in diff_said
     runs = {loss: evals(root, params, "promptbert", b, loss) for loss in ("infonce", "focal_infonce")}
     d_avg = np.mean([r["avg"] for r in runs["focal_infonce"].values()]) - np.mean(
         [r["avg"] for r in runs["infonce"].values()]
