@@ -244,6 +244,29 @@ def test_diffcse_trains_discriminator_and_encoder_and_refuses_ddp_gradcache(
     with pytest.raises(ValueError, match="does not support GradCache: set train.grad_cache_chunk: 0"):
         train(enc, corpus, gc, tmp_path / "o3", progress=False, framework=step)
 
+    # PromptBERT: the same refusals, before any work
+    from transformers import AutoModel
+
+    from focalcse.core.frameworks.promptbert import PromptBERTStep, PromptEncoder
+    from focalcse.core.model import tiny_config
+
+    pe = PromptEncoder(
+        AutoModel.from_config(tiny_config(minilm_tokenizer.vocab_size)), minilm_tokenizer, max_seq_len=16
+    )
+    with pytest.raises(ValueError, match="'promptbert' trains in one process only"):
+        train(
+            pe,
+            corpus,
+            cfg,
+            tmp_path / "o4",
+            progress=False,
+            framework=PromptBERTStep(pe),
+            parallel=TwoRanks(),
+        )
+    with pytest.raises(ValueError, match="'promptbert' does not support GradCache"):
+        train(pe, corpus, gc, tmp_path / "o5", progress=False, framework=PromptBERTStep(pe))
+    assert not any((tmp_path / d).exists() for d in ("o2", "o3", "o4", "o5"))
+
 
 RESUME = textwrap.dedent(
     """
