@@ -44,7 +44,9 @@ def write_corpus(path: Path, repeats: int = 6) -> Path:
 
 def make_params(frameworks: tuple[str, ...] = ("diffcse",), generator: str = "", pretrain=TINY) -> Params:
     return Params(
-        sweep=SweepConfig(frameworks=frameworks),
+        sweep=SweepConfig(
+            frameworks=frameworks, framework_backbones=("all-MiniLM-L6-v2",) if frameworks else ()
+        ),
         frameworks=FrameworksConfig(diffcse=DiffCSEConfig(generator=generator, pretrain=pretrain)),
     )
 
