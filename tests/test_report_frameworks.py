@@ -440,3 +440,17 @@ def test_the_frameworks_parameter_set_has_no_ablation_tables(tmp_path) -> None:
         "Table 3 — all-MiniLM-L6-v2" in tables
         and "PromptBERT + Focal-InfoNCE (§5.3) — all-MiniLM-L6-v2" in tables
     )
+
+
+def test_direction_words_follow_which_way_is_better() -> None:
+    """Alignment and uniformity improve downwards: a significant negative Δ is an improvement there,
+    a loss for a Spearman score."""
+    from focalcse.report.sections import _direction
+
+    down = {"mean_diff": -0.0069, "p_value": 0.005, "n": 3}
+    assert _direction(down, 0.05, lower_is_better=True, digits=4).endswith("a significant improvement)")
+    assert _direction(down, 0.05).endswith("a significant loss)")
+    assert _direction({**down, "mean_diff": 0.0877}, 0.05, lower_is_better=True).endswith(
+        "a significant worsening)"
+    )
+    assert "not significant at α = 0.05" in _direction({**down, "p_value": 0.4}, 0.05, lower_is_better=True)

@@ -389,17 +389,24 @@ def promptbert_table(params: Params, data: ReportData, backbone: str) -> Table |
     )
 
 
-def _direction(test: dict[str, Any] | None, alpha: float) -> str:
-    """A paired test in words: its Δ, p and whether it is a significant gain / loss at ``alpha``."""
+def _direction(
+    test: dict[str, Any] | None, alpha: float, lower_is_better: bool = False, digits: int = 2
+) -> str:
+    """A paired test in words: its Δ, p and whether it is a significant improvement / worsening at
+    ``alpha`` (for alignment and uniformity, ``lower_is_better``: a negative Δ is the improvement)."""
     if not test or test.get("mean_diff") is None:
         return "not tested"
     p = test.get("p_value")
     ptext = "p undefined" if p is None or p != p else f"raw p = {p:.3g}"
     if p is not None and p == p and p < alpha:
-        verdict = "a significant gain" if test["mean_diff"] > 0 else "a significant loss"
+        better = (test["mean_diff"] < 0) if lower_is_better else (test["mean_diff"] > 0)
+        if lower_is_better:
+            verdict = "a significant improvement" if better else "a significant worsening"
+        else:
+            verdict = "a significant gain" if better else "a significant loss"
     else:
         verdict = f"not significant at α = {alpha:g}"
-    return f"{fmt_diff(test)} ({ptext}, n = {test.get('n', '?')}; {verdict})"
+    return f"{fmt_diff(test, digits)} ({ptext}, n = {test.get('n', '?')}; {verdict})"
 
 
 def _device(runs: Sequence[dict[str, Any]]) -> str:
@@ -455,8 +462,9 @@ def diffcse_sentence(params: Params, data: ReportData, backbone: str) -> str | N
     alpha = sig["alpha"]
     parts = [
         f"{run_label('diffcse', loss, sig['baseline'])} against DiffCSE: STS-B "
-        f"{_direction(tests.get('STSBenchmark'), alpha)}, alignment {_direction(tests.get('alignment'), alpha)}, "
-        f"uniformity {_direction(tests.get('uniformity'), alpha)}"
+        f"{_direction(tests.get('STSBenchmark'), alpha)}, alignment "
+        f"{_direction(tests.get('alignment'), alpha, lower_is_better=True, digits=4)}, "
+        f"uniformity {_direction(tests.get('uniformity'), alpha, lower_is_better=True, digits=3)}"
         for loss, tests in entry.get("ttest", {}).items()
     ]
     measured = "; ".join(parts) if parts else "no loss was tested against DiffCSE's baseline-loss runs"
@@ -467,8 +475,7 @@ def diffcse_sentence(params: Params, data: ReportData, backbone: str) -> str | N
     small = not {backbone_key(backbone), backbone_key(params.backbone_source(backbone))} & paper
     setting = f"in {'small ' if small else ''}runs from `{backbone}` ({size}, generator: {generator})"
     return (
-        f"Measured here, {setting}: {measured} (for alignment and uniformity a negative Δ is the "
-        "improvement). The paper's Table 3 reports that Focal-InfoNCE improves DiffCSE on BERT-base in "
+        f"Measured here, {setting}: {measured} (alignment and uniformity: lower is better). The paper's Table 3 reports that Focal-InfoNCE improves DiffCSE on BERT-base in "
         "alignment, uniformity and STS-B Spearman; its numbers were lost in the captured text, so only the "
         "direction can be compared. These runs test that direction for this setting only: "
         + (
