@@ -198,6 +198,24 @@ def test_official_placement_replaces_the_embedding_output(tok, bert):
 
 
 # ---------------------------------------------------------------- projector
+def test_batchnorm_projector_init_is_cl_init():
+    """Official cl_init: ProjectionMLP built, then init_weights -> every Linear N(0, initializer_range);
+    BatchNorm left at weight 1 / bias 0. Checked by the sample statistics of the 2 x 64 x 128 draws."""
+    torch.manual_seed(0)
+    proj = BatchNormProjector(128, init_std=0.02)
+    linear1, bn1, _, linear2, _ = proj.net
+    for lin in (linear1, linear2):
+        w = lin.weight.detach().double()
+        assert abs(float(w.mean())) < 0.002
+        assert (
+            abs(float(w.std()) - 0.02) < 0.001
+        )  # PyTorch's default would be 1/sqrt(3*fan_in) = 0.051 / 0.036
+    assert torch.equal(bn1.weight, torch.ones(256)) and torch.equal(bn1.bias, torch.zeros(256))
+    torch.manual_seed(0)
+    default = BatchNormProjector(128, init_std=None).net[0].weight.detach().double()
+    assert abs(float(default.std()) - 1 / (3 * 128) ** 0.5) < 0.003
+
+
 def test_batchnorm_projector_shapes_and_modes():
     torch.manual_seed(0)
     proj = BatchNormProjector(32)

@@ -266,11 +266,22 @@ class BatchNormProjector(nn.Module):
     BatchNorm1d(h, affine=False)``. Official use: on both views together (``models.py`` 177-178), in
     training only (``--mlp_only_train``).
 
+    Initialised as the official ``cl_init`` leaves it: ``cl_init`` builds ``ProjectionMLP`` and then
+    calls ``self.init_weights()``, whose ``_init_weights`` (the backbone's) draws every ``nn.Linear``
+    weight from N(0, ``config.initializer_range``); the BatchNorm layers keep their own init (weight 1,
+    bias 0, which ``_init_weights`` does not touch). PyTorch's default Kaiming-uniform would give std
+    1 / sqrt(3 h) instead (0.021 at h = 768, but 0.1 at h = 32).
+
+    Args:
+        hidden: the backbone's hidden size h.
+        init_std: the weights' standard deviation (``config.initializer_range``, 0.02 for BERT); None
+            keeps PyTorch's default init.
+
     Shape:
         - Input: (N, h); Output: (N, h).
     """
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, init_std: float | None = 0.02) -> None:
         super().__init__()
         self.net = nn.Sequential(
             nn.Linear(hidden, hidden * 2, bias=False),
@@ -279,6 +290,11 @@ class BatchNormProjector(nn.Module):
             nn.Linear(hidden * 2, hidden, bias=False),
             nn.BatchNorm1d(hidden, affine=False),
         )
+        if init_std is not None:
+            with torch.no_grad():
+                for layer in self.net:
+                    if isinstance(layer, nn.Linear):
+                        layer.weight.normal_(mean=0.0, std=float(init_std))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -432,7 +448,10 @@ class DiffCSEStep:
                     "DiffCSE's BatchNorm projector is used in training only: set train.mlp_only_train: true "
                     "(official --mlp_only_train) or frameworks.diffcse.batchnorm: false"
                 )
-            encoder.mlp = BatchNormProjector(encoder.backbone.config.hidden_size)
+            config = encoder.backbone.config
+            encoder.mlp = BatchNormProjector(
+                config.hidden_size, init_std=float(getattr(config, "initializer_range", 0.02))
+            )
         for p in self.generator.parameters():
             p.requires_grad_(False)
         # submodules of the encoder: train()/eval(), .to(device) and checkpoints cover them; the model
