@@ -152,6 +152,59 @@ def test_encode_equals_eval_vectors_and_a_hand_computation(tiny_bert, tok, eval_
     assert not torch.allclose(got, other, atol=1e-3)  # denoising matters
 
 
+def hand_selection_vector(model, tok, sentence: str, denoise: bool) -> torch.Tensor:
+    """The official dev selection (CLTrainer.evaluate -> sentemb_forward), written out: the sentence
+    tokenized alone with *no* period, put between the template's head and tail ids, the mask's hidden
+    state, minus the template-only vector when the run trains with --mask_embedding_sentence_delta."""
+    head = tok(PREFIX)["input_ids"][:-1]  # [CLS] + prefix
+    tail = tok(SUFFIX, add_special_tokens=False)["input_ids"] + [tok.sep_token_id]
+    sent = tok(sentence, add_special_tokens=False)["input_ids"]
+    row = head + sent + tail
+    with torch.no_grad():
+        vec = model(input_ids=torch.tensor([row])).last_hidden_state[0, row.index(tok.mask_token_id)]
+        if not denoise:
+            return vec
+        template = head + tail
+        positions = list(range(len(head))) + [len(head) + len(sent) + i for i in range(len(tail))]
+        t_hidden = model(input_ids=torch.tensor([template]), position_ids=torch.tensor([positions]))
+        return vec - t_hidden.last_hidden_state[0, template.index(tok.mask_token_id)]
+
+
+@pytest.mark.parametrize("denoise", [True, False])
+def test_dev_selection_is_denoised_without_period_and_test_scoring_is_not(tiny_bert, tok, denoise):
+    """Official protocol: the dev checkpoint is selected with the training run's denoising and no added
+    period; the test sets are scored by evaluation.py (a period added, no denoising by default)."""
+    enc = make_encoder(tiny_bert, tok, denoise=denoise, eval_denoise=False)
+    with enc.selection_mode():
+        selected = encode(enc, SENTENCES, batch_size=4)
+    scored = encode(enc, SENTENCES, batch_size=4)  # outside the context again
+    tiny_bert.eval()
+    hand_sel = torch.stack([hand_selection_vector(tiny_bert, tok, s, denoise) for s in SENTENCES])
+    hand_test = torch.stack([hand_vector(tiny_bert, tok, s, False) for s in SENTENCES])
+    torch.testing.assert_close(selected, hand_sel, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(scored, hand_test, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(selected, scored, atol=1e-3)
+
+
+def test_the_dev_evaluator_tokenizes_per_mode(tiny_bert, tok, tiny_sts_dir, tmp_path):
+    """The dev evaluator's cached token ids follow the encoder's mode: inside selection_mode and outside
+    it, the same evaluator gives each mode's own score (no stale cache)."""
+    from focalcse.data.sts import read_stsb, write_prepared
+
+    write_prepared(
+        [("STSBenchmark-dev", read_stsb(tiny_sts_dir, "dev", check_counts=False))], tmp_path / "prep", "tiny"
+    )
+    evaluate = stsb_dev_evaluator(str(tmp_path / "prep"))
+    enc = make_encoder(tiny_bert, tok, denoise=True, eval_denoise=False)
+    with enc.selection_mode():
+        first = evaluate(enc)
+    plain = evaluate(enc)
+    with enc.selection_mode():
+        again = evaluate(enc)
+    assert first == again and plain != first
+    assert plain == stsb_dev_evaluator(str(tmp_path / "prep"))(enc)
+
+
 def test_denoising_switch_gives_the_plain_mask_vector(tiny_bert, tok):
     """eval_denoise False: the mask token's last hidden state itself (no template subtraction)."""
     enc = make_encoder(tiny_bert, tok, eval_denoise=False)

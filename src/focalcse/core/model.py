@@ -19,6 +19,7 @@ sentence-transformers refuse the folder rather than score it differently.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -211,6 +212,15 @@ class SentenceEncoder(nn.Module):
     @property
     def eval_pooler(self) -> str:
         return "cls_before_pooler" if self.mlp_only_train else self.pooler
+
+    def selection_mode(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which the training loop scores the STS-B dev set to select its checkpoint.
+
+        For SimCSE it changes nothing (the dev vectors are the evaluation vectors). A framework whose
+        official dev selection encodes differently from its test scoring overrides it (PromptBERT:
+        denoised for selection, as ``CLTrainer.evaluate``; not for test scoring, as ``evaluation.py``).
+        """
+        return contextlib.nullcontext()
 
     def sentence_ids(self, sentences: Sequence[str], max_length: int | None = None) -> list[list[int]]:
         """Token ids of ``sentences`` as :meth:`forward` reads them at evaluation: with the tokenizer's

@@ -402,7 +402,8 @@ def _evaluate_dev(
 ) -> None:
     """Score STS-B dev; keep the model in ``best_dir`` if it is the best so far (never at step 0)."""
     result = loop.result
-    dev = float(dev_evaluator(loop.encoder))
+    with loop.encoder.selection_mode():  # PromptBERT: denoised, as its official dev selection
+        dev = float(dev_evaluator(loop.encoder))
     result.dev_curve.append({"step": step, "stsb_dev_spearman": dev})
     log_metrics({"stsb_dev_spearman": dev}, step)
     if step > 0 and dev > result.best_dev:

@@ -131,14 +131,17 @@ def stsb_dev_evaluator(
     unique = list(dict.fromkeys(s1 + s2))
     index = {s: i for i, s in enumerate(unique)}
     rows = torch.tensor([index[s] for s in s1 + s2])  # (2n,) row of each pair sentence in `unique`
-    # Tokenised once per (tokenizer, length), not at every evaluation of a run (SimCSE: ~125 of them).
-    cached: list = [None, None, None]  # tokenizer, max_length, token ids
+    # Tokenised once per (tokenizer, length, the encoder's tokenization variant), not at every
+    # evaluation of a run (SimCSE: ~125 of them). A PromptBERT encoder tokenizes dev sentences for
+    # checkpoint selection differently from test scoring (``ids_variant``).
+    cached: list = [None, None, None, None]  # tokenizer, max_length, variant, token ids
 
     def evaluate(encoder: torch.nn.Module) -> float:
         max_length = eval_max_length(encoder)
-        if cached[0] is not encoder.tokenizer or cached[1] != max_length:
-            cached[:] = [encoder.tokenizer, max_length, tokenize_unique(encoder, unique, max_length)]
-        v = encode_token_ids(encoder, cached[2], batch_size=batch_size, precision=precision)[rows]
+        variant = getattr(encoder, "ids_variant", None)
+        if cached[0] is not encoder.tokenizer or cached[1] != max_length or cached[2] != variant:
+            cached[:] = [encoder.tokenizer, max_length, variant, tokenize_unique(encoder, unique, max_length)]
+        v = encode_token_ids(encoder, cached[3], batch_size=batch_size, precision=precision)[rows]
         return cosine_spearman(v[: len(s1)], v[len(s1) :], gold)
 
     return evaluate

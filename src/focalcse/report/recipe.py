@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from focalcse.config import Params, TrainConfig
-from focalcse.report.labels import loss_label
+from focalcse.report.labels import framework_label, loss_label
 from focalcse.report.published import backbone_key, published_backbones
 
 REFERENCE_SENTENCES = 1_000_000  # wiki1m, one epoch
@@ -27,6 +27,41 @@ PAPER_BATCH_LR = {
 }
 RECIPE_OF_OTHERS = "bert-base-uncased"  # a backbone outside the paper is compared with BERT-base's recipe
 # what is known about a backbone outside the paper (by name without org prefix)
+# Each framework's official unsupervised script, per backbone family: what its items are checked against.
+# Sources (docs/frameworks.md cites each line): kongds/Prompt-BERT run.sh @690ba6e (unsup-bert 91-108,
+# unsup-roberta 73-90, shared arguments 155-166; test scoring eval_only.sh 21-35 / evaluation.py
+# 145-146, 297-302), voidism/DiffCSE run_diffcse.sh @f724b2c (bert-base; lines 3-30).
+OFFICIAL_FRAMEWORK_RECIPES: dict[str, dict[str, Any]] = {
+    "promptbert": {
+        "source": "kongds/Prompt-BERT run.sh (unsup-bert / unsup-roberta)",
+        "train": {
+            "epochs": 1,
+            "batch_size": 256,
+            "lr": 1e-5,
+            "max_seq_len": 32,
+            "eval_steps": 125,
+            "temperature": 0.05,
+        },
+        "settings": {"denoise": True, "eval_denoise": False},
+    },
+    "diffcse": {
+        "source": "voidism/DiffCSE run_diffcse.sh (bert-base-uncased)",
+        "train": {
+            "epochs": 2,
+            "batch_size": 64,
+            "lr": 7e-6,
+            "max_seq_len": 32,
+            "eval_steps": 125,
+            "temperature": 0.05,
+        },
+        "settings": {
+            "mask_ratio": 0.30,
+            "lambda_weight": 0.005,
+            "batchnorm": True,
+            "generator": "distilbert-base-uncased",
+        },
+    },
+}
 KNOWN_BACKBONES = {
     "all-MiniLM-L6-v2": "already sentence-tuned (a contrastively trained sentence-transformers model, "
     "BERT architecture, 22.7M parameters), so its runs are continued training, not training from MLM",
@@ -94,15 +129,16 @@ def recipe(params: Params) -> Recipe:
         f"{n / REFERENCE_SENTENCES:.2%} of the reference's training data.",
     )
     length = _grouped(items, lambda c: f"{c.epochs} epoch(s), max_steps {c.max_steps}")
+    simcse = "SimCSE items: " if params.sweep.frameworks else ""
     check(
         all(c.epochs == 1 and c.max_steps == 0 for *_, c in items),
-        "one epoch over the sample",
-        f"Training length: {length} (reference: one epoch, no step limit).",
+        f"{simcse}one epoch over the sample",
+        f"{simcse}training length: {length} (reference: one epoch, no step limit).",
     )
     check(
         all(c.eval_steps == REFERENCE_EVAL_STEPS for *_, c in items),
-        f"STS-B dev every {REFERENCE_EVAL_STEPS} steps, best checkpoint kept",
-        f"STS-B dev every {_grouped(items, lambda c: c.eval_steps)} steps (reference {REFERENCE_EVAL_STEPS}); "
+        f"{simcse}STS-B dev every {REFERENCE_EVAL_STEPS} steps, best checkpoint kept",
+        f"{simcse}STS-B dev every {_grouped(items, lambda c: c.eval_steps)} steps (reference {REFERENCE_EVAL_STEPS}); "
         "the best checkpoint is kept, as in the reference.",
     )
     batch_lr = []
@@ -112,14 +148,14 @@ def recipe(params: Params) -> Recipe:
         if (cfg.batch_size, cfg.lr) != (ref_b, ref_lr):
             whose = f"{key}'s" if key else f"{RECIPE_OF_OTHERS}'s, the nearest paper backbone"
             batch_lr.append(
-                f"`{b}` {loss_label(loss)}: batch {cfg.batch_size}, lr {cfg.lr:g} "
+                f"{simcse}`{b}` {loss_label(loss)}: batch {cfg.batch_size}, lr {cfg.lr:g} "
                 f"(reference {whose}: batch {ref_b}, lr {ref_lr:g})."
             )
     differs += batch_lr
     if not batch_lr:
         others = [b for b in params.sweep.backbones if _paper_key(params, b, PAPER_BATCH_LR) is None]
         matches.append(
-            "batch size and learning rate of the paper's recipe per backbone"
+            f"{simcse}batch size and learning rate of the paper's recipe per backbone"
             + (f" ({RECIPE_OF_OTHERS}'s for {', '.join(f'`{b}`' for b in others)})" if others else "")
         )
 
@@ -166,6 +202,8 @@ def recipe(params: Params) -> Recipe:
             f"m = {REFERENCE_M:g}",
             f"m = {_grouped(with_m, lambda c: c.hyper_value('m'))} (paper: {REFERENCE_M:g}).",
         )
+    if params.sweep.frameworks:
+        _framework_recipes(params, differs, matches)
     if params.eval.precision != "fp32":
         differs.append(f"Evaluation encodes under {params.eval.precision} (reference: fp32).")
     taus = params.ablation_points("tau")
@@ -179,3 +217,99 @@ def recipe(params: Params) -> Recipe:
             f"(paper: {', '.join(f'{t:g}' for t in REFERENCE_TABLE4)})."
         )
     return Recipe(differs, matches)
+
+
+def _fmt(value: Any) -> str:
+    return (
+        f"{value:g}"
+        if isinstance(value, float)
+        else str(value).lower()
+        if isinstance(value, bool)
+        else str(value)
+    )
+
+
+def _framework_recipes(params: Params, differs: list[str], matches: list[str]) -> None:
+    """Each framework item's effective config against its official script
+    (:data:`OFFICIAL_FRAMEWORK_RECIPES`): training length, batch, lr, max length, dev interval, the
+    baseline's τ, the framework's own settings and its test-scoring protocol."""
+    sw = params.sweep
+    for f in sw.frameworks:
+        official = OFFICIAL_FRAMEWORK_RECIPES.get(f)
+        name = framework_label(f)
+        if official is None:
+            differs.append(f"{name} items: no official recipe is recorded to check them against.")
+            continue
+        items = [
+            (b, loss, params.train_config(b, loss, sw.seeds[0], f))
+            for b in sw.framework_backbones
+            for loss in sw.losses
+        ]
+        ref = official["train"]
+        src = official["source"]
+        length = _grouped(
+            items, lambda c: f"{c.epochs} epoch(s)" + (f", max_steps {c.max_steps}" if c.max_steps else "")
+        )
+        check_items = [
+            (
+                all(c.epochs == ref["epochs"] and c.max_steps == 0 for *_, c in items),
+                f"{ref['epochs']} epoch(s)",
+                f"training length {length} (official: {ref['epochs']} epoch(s) over wiki1m, no step limit)",
+            ),
+            (
+                all((c.batch_size, c.lr) == (ref["batch_size"], ref["lr"]) for *_, c in items),
+                f"batch {ref['batch_size']}, lr {ref['lr']:g}",
+                f"batch / lr {_grouped(items, lambda c: f'{c.batch_size} / {c.lr:g}')} "
+                f"(official: {ref['batch_size']} / {ref['lr']:g})",
+            ),
+            (
+                all(c.max_seq_len == ref["max_seq_len"] for *_, c in items),
+                f"max_seq_len {ref['max_seq_len']}",
+                f"max_seq_len {_grouped(items, lambda c: c.max_seq_len)} (official: {ref['max_seq_len']})",
+            ),
+            (
+                all(c.eval_steps == ref["eval_steps"] for *_, c in items),
+                f"STS-B dev every {ref['eval_steps']} steps",
+                f"STS-B dev every {_grouped(items, lambda c: c.eval_steps)} steps (official: {ref['eval_steps']})",
+            ),
+        ]
+        base = [(b, loss, c) for b, loss, c in items if loss == params.significance.baseline]
+        if base:
+            check_items.append(
+                (
+                    all(c.temperature == ref["temperature"] for *_, c in base),
+                    f"{loss_label(params.significance.baseline)} τ = {ref['temperature']:g}",
+                    f"{loss_label(params.significance.baseline)} τ = {_grouped(base, lambda c: c.temperature)} "
+                    f"(official: {ref['temperature']:g})",
+                )
+            )
+        settings = params.framework_settings(f)
+        for key, want in official["settings"].items():
+            have = settings.get(key)
+            if key == "generator":
+                ok = have == want
+                bad = (
+                    f"generator `{have}`"
+                    if have
+                    else "generator: the small MLM the `pretrain_generator` stage trains on the sample"
+                ) + f" (official: `{want}`)"
+                check_items.append((ok, f"generator `{want}`", bad))
+            elif key == "eval_denoise":
+                check_items.append(
+                    (
+                        have == want,
+                        "test sets scored without template denoising (official evaluation.py), dev selection denoised",
+                        "test sets scored *with* template denoising (`eval_denoise: true`): a variant; the official "
+                        "evaluation.py scores the unsupervised models without it",
+                    )
+                )
+            else:
+                check_items.append(
+                    (have == want, f"{key} {_fmt(want)}", f"{key} {_fmt(have)} (official: {_fmt(want)})")
+                )
+        good = [g for ok, g, _ in check_items if ok]
+        bad = [b for ok, _, b in check_items if not ok]
+        if bad:
+            differs.append(f"{name} items against {src}: " + "; ".join(bad) + ".")
+        if good:
+            matches.append(f"{name} items as {src}: " + ", ".join(good))

@@ -39,9 +39,10 @@ training loop (:mod:`focalcse.core.frameworks`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -591,9 +592,10 @@ class PromptEncoder(SentenceEncoder):
             in training (official 32), the template comes on top.
         templates: the two training templates (the first is also the evaluation template), or
             ``auto`` / ``bert`` / ``roberta`` for the official pair (:func:`official_templates`).
-        denoise: template denoising in training (official unsupervised runs: yes).
-        eval_denoise: template denoising at evaluation (official unsupervised evaluation: no; the
-            supervised runs and the in-training dev evaluation: yes).
+        denoise: template denoising in training and in the dev checkpoint selection
+            (:meth:`selection_mode`; official unsupervised runs: yes).
+        eval_denoise: template denoising in scoring the test sets (official unsupervised evaluation,
+            ``evaluation.py`` without ``--mask_embedding_sentence_delta``: no; the supervised runs: yes).
     """
 
     def __init__(
@@ -607,7 +609,7 @@ class PromptEncoder(SentenceEncoder):
         *,
         templates: tuple[Template, Template] | str = "auto",
         denoise: bool = True,
-        eval_denoise: bool = True,
+        eval_denoise: bool = False,
     ) -> None:
         if pooler == "avg":
             raise ValueError(
@@ -624,6 +626,7 @@ class PromptEncoder(SentenceEncoder):
         self.templates: tuple[Template, Template] = (templates[0], templates[1])
         self.denoise = bool(denoise)
         self.eval_denoise = bool(eval_denoise)
+        self._selecting = False  # inside selection_mode(): the official dev-selection encoding
         self.mask_id = int(tokenizer.mask_token_id)
         self.pad_id = _pad_id(tokenizer)
         # (head, tail) token ids of each template: [CLS] + prefix, suffix + [SEP] (train.py 674-675)
@@ -702,13 +705,37 @@ class PromptEncoder(SentenceEncoder):
         }
 
     # ---------------------------------------------------------------- evaluation
+    @contextlib.contextmanager
+    def selection_mode(self) -> Iterator[None]:
+        """The official dev selection's encoding, for the training loop's STS-B dev checks.
+
+        ``CLTrainer.evaluate`` (``prompt_bert/trainers.py`` 105-131) tokenizes each dev sentence alone,
+        with no added period, and ``sentemb_forward`` (``prompt_bert/models.py`` 290-368) puts it in the
+        first template and subtracts the template-only vector whenever the run trains with
+        ``--mask_embedding_sentence_delta`` (here ``denoise``). The test sets are scored by
+        ``evaluation.py`` instead: a period added, denoised only with ``eval_denoise`` (official
+        unsupervised runs: no). Outside this context the encoder scores as ``evaluation.py``.
+        """
+        before = self._selecting
+        self._selecting = True
+        try:
+            yield
+        finally:
+            self._selecting = before
+
+    @property
+    def ids_variant(self) -> str:
+        """Which tokenization :meth:`sentence_ids` does now (a cache key for pre-tokenized dev sets)."""
+        return "selection" if self._selecting else "evaluation"
+
     def sentence_ids(self, sentences: Sequence[str], max_length: int | None = None) -> list[list[int]]:
         """Evaluation rows, unpadded: ``[CLS] prefix sentence. suffix [SEP]`` of the evaluation template.
 
         As ``evaluation.py``: a ``.`` after a sentence not ending in one of ``.?"'`` (line 201) and no
         truncation, except that a row longer than ``max_length`` (default the model's position limit,
         :func:`~focalcse.core.model.eval_max_length`) has its *sentence* cut so the template stays
-        whole. The sentence is tokenized alone, as in training (see :func:`eval_vectors`).
+        whole. The sentence is tokenized alone, as in training (see :func:`eval_vectors`). In
+        :meth:`selection_mode` no period is added (the official dev selection adds none).
         """
         head, tail = self.template_ids[0]
         if max_length is None:
@@ -718,7 +745,8 @@ class PromptEncoder(SentenceEncoder):
             raise ValueError(
                 f"max_length {max_length} is shorter than the PromptBERT template ({len(head) + len(tail)} tokens)"
             )
-        encoded = _sentence_ids(self.tokenizer, _with_period(list(sentences)))
+        texts = list(sentences) if self._selecting else _with_period(list(sentences))
+        encoded = _sentence_ids(self.tokenizer, texts)
         return [head + s[:budget] + tail for s in encoded]
 
     def tokenize(self, sentences: list[str]) -> dict[str, torch.Tensor]:
@@ -756,7 +784,7 @@ class PromptEncoder(SentenceEncoder):
                 f"(template {self.templates[0].text!r}); tokenize with encoder.sentence_ids / encode()"
             )
         vectors = prompt_vectors(self.backbone, input_ids, attention_mask, positions)  # (B, d)
-        if self.denoise if self.training else self.eval_denoise:
+        if self.denoise if self.training or self._selecting else self.eval_denoise:
             vectors = vectors - _template_vectors(self.backbone, head, tail, self.mask_id, lengths)
         pooler = self.pooler if self.training else self.eval_pooler
         return self.mlp(vectors) if pooler == "cls" else vectors
