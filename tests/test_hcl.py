@@ -23,14 +23,11 @@ def reference_hcl(z1, z2, tau: float, beta: float, tau_plus: float, offset: int 
     own[torch.arange(n), torch.arange(n) + offset] = True
     neg = torch.exp(sim / tau).masked_select(~own).view(n, m - 1)
     pos = torch.exp(sim[own] / tau)
-    q = m - 1
+    q = m - 1  # the reference's N (2 * batch_size - 2 there; SimCSE's N - 1 negatives here)
     imp = (beta * neg.log()).exp()
     reweight_neg = (imp * neg).sum(dim=-1) / imp.mean(dim=-1)
-    if tau_plus > 0:
-        ng = (-tau_plus * q * pos + reweight_neg) / (1 - tau_plus)
-        ng = torch.clamp(ng, min=q * math.e ** (-1 / tau))
-    else:
-        ng = reweight_neg
+    ng = (-tau_plus * q * pos + reweight_neg) / (1 - tau_plus)
+    ng = torch.clamp(ng, min=q * math.e ** (-1 / tau))  # always, as the reference (main.py:47)
     return (-torch.log(pos / (pos + ng))).mean()
 
 
@@ -42,7 +39,14 @@ def _views(n: int = 12, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch
 
 @pytest.mark.parametrize(
     ("tau", "beta", "tau_plus"),
-    [(0.05, 1.0, 0.0), (0.05, 0.5, 0.1), (0.1, 2.0, 0.0), (0.5, 1.0, 0.3), (0.05, 0.0, 0.1)],
+    [
+        (0.05, 0.1, 0.1),
+        (0.05, 1.0, 0.0),
+        (0.05, 0.5, 0.1),
+        (0.1, 2.0, 0.0),
+        (0.5, 1.0, 0.3),
+        (0.05, 0.0, 0.1),
+    ],
 )
 def test_value_and_gradient_match_the_reference(tau: float, beta: float, tau_plus: float) -> None:
     z1, z2 = _views()
@@ -73,6 +77,35 @@ def test_the_clamp_binds_only_with_debiasing() -> None:
     torch.testing.assert_close(ours, torch.tensor(math.log1p(math.exp(floor - 1 / tau)), dtype=torch.float64))
 
 
+def test_defaults_match_the_reference_with_the_clamp_binding_on_some_rows() -> None:
+    # the defaults (beta 0.1, tau_plus 0.1 at tau 0.05) against a plain-torch float64 hand computation
+    # of each row's loss, on views whose positives range from near-identical (the clamp binds) to far
+    # apart (it does not), so both sides of max(., Q e^{-1/tau}) are exercised
+    g = torch.Generator().manual_seed(0)
+    n, d, tau, beta, tau_plus = 12, 16, 0.05, 0.1, 0.1
+    z1 = torch.randn(n, d, generator=g, dtype=torch.float64)
+    z2 = z1 + torch.linspace(0.05, 3.0, n, dtype=torch.float64)[:, None] * torch.randn(
+        n, d, generator=g, dtype=torch.float64
+    )
+    loss = HCL(tau)
+    assert (loss.beta, loss.tau_plus) == (beta, tau_plus)
+    # by hand: rows of cosines, the positive on the diagonal, Q = n - 1 negatives per row
+    sim = (z1 / z1.norm(dim=1, keepdim=True)) @ (z2 / z2.norm(dim=1, keepdim=True)).T
+    per_row, clamped = [], []
+    for i in range(n):
+        s_p = sim[i, i]
+        s_n = torch.cat([sim[i, :i], sim[i, i + 1 :]])
+        q = n - 1
+        w = torch.exp(beta * s_n / tau) / torch.exp(beta * s_n / tau).mean()
+        ng = (-tau_plus * q * torch.exp(s_p / tau) + (w * torch.exp(s_n / tau)).sum()) / (1 - tau_plus)
+        floor = q * math.exp(-1 / tau)
+        clamped.append(bool(ng < floor))
+        ng = max(ng, torch.tensor(floor, dtype=torch.float64))
+        per_row.append(-torch.log(torch.exp(s_p / tau) / (torch.exp(s_p / tau) + ng)))
+    assert any(clamped) and not all(clamped)
+    torch.testing.assert_close(loss(z1, z2), torch.stack(per_row).mean(), rtol=1e-10, atol=1e-12)
+
+
 def test_beta_zero_without_debiasing_is_infonce_exactly() -> None:
     for seed in range(3):
         z1, z2 = _views(seed=seed)
@@ -100,14 +133,17 @@ def test_harder_negatives_weigh_more() -> None:
     # the weights grow with the similarity of a negative: beta > 0 raises the loss of a batch whose
     # negatives are uneven (a hard one among easy ones) above InfoNCE's
     z1, z2 = _views()
-    assert HCL(0.05, beta=1.0)(z1, z2) > InfoNCE(0.05)(z1, z2)
+    for beta in (0.1, 1.0):
+        assert HCL(0.05, beta=beta, tau_plus=0.0)(z1, z2) > InfoNCE(0.05)(z1, z2)
 
 
 def test_registry_spec_and_validation() -> None:
     spec = loss_spec("hcl")
-    assert spec.defaults == {"beta": 1.0, "tau_plus": 0.0}
+    # beta 0.1 keeps the reference's beta / tau = 1.0 / 0.5 at tau 0.05; tau_plus 0.1 is the reference's
+    assert spec.defaults == {"beta": 0.1, "tau_plus": 0.1}
+    assert (HCL().beta, HCL().tau_plus) == (0.1, 0.1)
     loss = build_loss("hcl", 0.05, beta=0.5, m=0.3)  # m belongs to another loss: ignored
-    assert (loss.temperature, loss.beta, loss.tau_plus) == (0.05, 0.5, 0.0)
+    assert (loss.temperature, loss.beta, loss.tau_plus) == (0.05, 0.5, 0.1)
     with pytest.raises(ValueError, match="tau_plus"):
         HCL(0.05, tau_plus=1.0)
     with pytest.raises(ValueError, match="beta"):

@@ -331,8 +331,9 @@ def test_build_loss() -> None:
 # fp32 loss math under mixed precision (SimCSE's cosine similarity runs in fp32 under autocast)
 # --------------------------------------------------------------------------------------------------
 
-# HCL with debiasing takes its other branch (the clamped N_g): both branches are checked.
-EXTRA_HYPER = {"hcl": [{}, {"tau_plus": 0.1}]}
+# HCL's defaults debias (tau_plus 0.1, the clamped N_g); without debiasing it takes its other branch
+# (a cross-entropy): both branches are checked.
+EXTRA_HYPER = {"hcl": [{}, {"tau_plus": 0.0}]}
 
 
 def _registered_losses() -> list:

@@ -44,9 +44,13 @@ class FocalInfoNCE(ContrastiveLoss):
             {\sum_{j \ne i} e^{s_n^{ij}(s_n^{ij}+m)/\tau} + e^{(s_p^i)^2/\tau}},
         \qquad L = \frac{1}{N}\sum_i \ell_i
 
-    :math:`s_p^i = \cos(h_i, h_i^+)`, :math:`s_n^{ij} = \cos(h_i, h_j^+)`. Negatives with
-    :math:`s_n > 1 - m` get a larger logit than under InfoNCE (hard negatives up-weighted), the rest
-    a smaller one. The mean over ``i`` follows the official code (the paper's Eq. 3 sums).
+    :math:`s_p^i = \cos(h_i, h_i^+)`, :math:`s_n^{ij} = \cos(h_i, h_j^+)`. Against InfoNCE's
+    negative logit :math:`s/\tau`, the difference is :math:`(s(s+m) - s)/\tau = s(s+m-1)/\tau`
+    (for :math:`0 \le m < 1`): negative for :math:`0 < s < 1 - m` (a lower logit: easy negatives
+    down-weighted), zero at :math:`s = 0` and :math:`s = 1 - m`, and positive for :math:`s > 1 - m`
+    (hard negatives up-weighted) and for :math:`s < 0` (a higher logit, though such a pair is already
+    far apart; the paper counts it as easy). The mean over ``i`` follows the official code (the paper's
+    Eq. 3 sums).
 
     Args:
         temperature: :math:`\tau > 0`.

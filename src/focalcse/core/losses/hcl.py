@@ -8,17 +8,32 @@ import torch.nn.functional as F
 
 from focalcse.core.losses.base import ContrastiveLoss, positive_mask
 
-# beta = 1.0 is the default of the reference code (joshr17/HCL, image/main.py `--beta`, also its
-# README's example run); tau_plus = 0 turns the debiasing off, so the default is pure hard-negative
-# importance weighting.
+# Defaults, from the reference code (joshr17/HCL, commit 7b4647f, image/main.py):
+# - beta = 0.1. The reference's hardness weight is imp = exp(beta * s / t) (main.py:43, neg.log() = s/t),
+#   so its concentration per unit cosine is beta / t = 1.0 / 0.5 = 2 (defaults --beta 1.0 at
+#   main.py:139, --temperature 0.5 at main.py:132). This project trains at t = 0.05; a fixed
+#   beta = 0.1 keeps that concentration: 0.1 / 0.05 = 2. (beta = 1.0 at t = 0.05 would be 20 per unit
+#   cosine, ten times the reference's.) beta does not follow train.temperature: it is a fixed value.
+# - tau_plus = 0.1, the reference's --tau_plus default (main.py:133, also its README's and launch.sh's
+#   run), with its clamp N_g >= N e^{-1/t} (main.py:47).
 SPEC = {
     "name": "hcl",
     "class": "HCL",
     "label": "HCL (Robinson et al.)",
     "color": "#2ca02c",
     "hyper": {
-        "beta": {"default": 1.0, "min": 0.0, "help": "concentration beta of the hardness weights"},
-        "tau_plus": {"default": 0.0, "min": 0.0, "max": 0.99, "help": "debiasing prior tau+ (0 = off)"},
+        "beta": {
+            "default": 0.1,
+            "min": 0.0,
+            "help": "concentration beta of the hardness weights exp(beta s / tau); 0.1 keeps the reference's "
+            "beta / tau = 1.0 / 0.5 = 2 at tau 0.05 (fixed, not rescaled with tau)",
+        },
+        "tau_plus": {
+            "default": 0.1,
+            "min": 0.0,
+            "max": 0.99,
+            "help": "debiasing prior tau+ (reference default 0.1, with its clamp; 0 = off)",
+        },
     },
 }
 
@@ -44,27 +59,41 @@ class HCL(ContrastiveLoss):
         w_{ij} = \frac{e^{\beta s_{ij}/\tau}}{\frac{1}{Q}\sum_{k \ne i} e^{\beta s_{ik}/\tau}}
 
     over SimCSE's in-batch negatives: row ``i`` (first view) against the second views ``j != i``,
-    :math:`Q = M - 1` negatives per row. The importance weights are not detached (as the reference
-    code). The clamp at :math:`Q e^{-1/\tau}` (the reference code's) applies only when
-    :math:`\tau^+ > 0`; without debiasing :math:`N_g \ge Q e^{-1/\tau}` holds anyway. With
-    :math:`\beta = 0` and :math:`\tau^+ = 0` the loss is InfoNCE exactly.
+    :math:`Q = M - 1` negatives per row. This is a departure from the reference code (joshr17/HCL,
+    ``image/main.py`` ``criterion``): for a batch of :math:`N` images it contrasts each anchor with both
+    views of the other images, :math:`2N - 2` negatives (``N = batch_size * 2 - 2``, main.py:42); here
+    each row has SimCSE's :math:`N - 1` negatives (the other sentences' second views), and :math:`Q`
+    takes the place of the reference's ``N`` in the debiasing term and in the clamp. The importance
+    weights are not detached (as the reference code). The reference clamps :math:`N_g` from below at
+    ``N * e^(-1/t)`` whatever :math:`\tau^+` (main.py:47); here the clamp :math:`Q e^{-1/\tau}` is
+    applied only when :math:`\tau^+ > 0`, because without debiasing
+    :math:`N_g = \sum_j w_{ij} e^{s_{ij}/\tau} \ge e^{-1/\tau} \sum_j w_{ij} = Q e^{-1/\tau}` holds
+    anyway (:math:`s \ge -1`, the weights average 1). With :math:`\beta = 0` and :math:`\tau^+ = 0`
+    the loss is InfoNCE exactly.
+
+    Defaults (reference ``image/main.py``): :math:`\tau^+ = 0.1` (``--tau_plus``, main.py:133) and
+    :math:`\beta = 0.1`, a fixed value. The reference weight is :math:`e^{\beta s/\tau}`, so its
+    concentration per unit cosine is :math:`\beta/\tau = 1.0/0.5 = 2` (``--beta 1.0``, main.py:139, at
+    ``--temperature 0.5``, main.py:132); :math:`\beta = 0.1` keeps it at this project's
+    :math:`\tau = 0.05` (:math:`0.1/0.05 = 2`). It is not rescaled when ``temperature`` changes.
 
     Args:
         temperature: :math:`\tau > 0`.
-        beta: concentration :math:`\beta \ge 0` (reference default 1.0; 0 = uniform weights).
-        tau_plus: class prior :math:`\tau^+ \in [0, 1)` (0 = no debiasing).
+        beta: concentration :math:`\beta \ge 0` (default 0.1: the reference's :math:`\beta/\tau = 2` at
+            :math:`\tau = 0.05`; 0 = uniform weights).
+        tau_plus: class prior :math:`\tau^+ \in [0, 1)` (default 0.1, the reference's; 0 = no debiasing).
 
     Shape:
         - z1, z2: (N, d), un-normalised embeddings of the two views (the loss L2-normalises).
         - Output: scalar, the mean of :math:`\ell_i`.
 
     Examples::
-        >>> loss = HCL(0.05, beta=1.0)
+        >>> loss = HCL(0.05)  # beta 0.1, tau_plus 0.1
         >>> loss(torch.randn(8, 16), torch.randn(8, 16)).shape
         torch.Size([])
     """
 
-    def __init__(self, temperature: float = 0.05, beta: float = 1.0, tau_plus: float = 0.0) -> None:
+    def __init__(self, temperature: float = 0.05, beta: float = 0.1, tau_plus: float = 0.1) -> None:
         super().__init__(temperature)
         if not beta >= 0:
             raise ValueError(f"beta must be >= 0, got {beta!r}")
