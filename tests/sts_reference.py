@@ -24,8 +24,9 @@ def _clean(sentence: str) -> str:
 def read_task(downstream: Path, task: str) -> dict[str, Pairs]:
     """The scored test pairs of one task, by subset, straight from SentEval's files."""
     out: dict[str, Pairs] = {}
-    if task == "STSBenchmark":
-        rows = [line.split("\t") for line in (downstream / "STS/STSBenchmark/sts-test.csv").open()]
+    if task in ("STSBenchmark", "STSBenchmark-dev"):
+        split = "dev" if task.endswith("-dev") else "test"
+        rows = [line.split("\t") for line in (downstream / f"STS/STSBenchmark/sts-{split}.csv").open()]
         rows = [r for r in rows if len(r) >= 7]
         out["test"] = (
             [_clean(r[5]) for r in rows],

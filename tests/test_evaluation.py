@@ -186,6 +186,12 @@ def _write_stsb_test(downstream: Path) -> None:
         for i in range(26)
     ]
     (downstream / "STS/STSBenchmark/sts-test.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    # the dev split, where alignment and uniformity are computed: other pairs of the same kind
+    dev = [
+        f"main-captions\tMSRvid\t2012dev\t{i:04d}\t{round(5.0 - 0.2 * i, 1)}\t{pool[(3 * i + 1) % 40]}\t{pool[(5 * i + 2) % 40]}"
+        for i in range(26)
+    ]
+    (downstream / "STS/STSBenchmark/sts-dev.csv").write_text("\n".join(dev) + "\n", encoding="utf-8")
 
 
 @pytest.mark.parametrize(
@@ -220,9 +226,12 @@ def test_evaluate_sts_matches_plain_transformers(
     assert {t: r["wmean"][t] for t in SEVEN_TASKS} == pytest.approx(expected_wmean, abs=1e-4)
     assert r["avg"] == pytest.approx(np.mean(list(expected_all.values())), abs=1e-4)
     assert r["wmean"]["avg"] == pytest.approx(np.mean(list(expected_wmean.values())), abs=1e-4)
-    stsb = ref.read_task(tiny_sts_dir, "STSBenchmark")["test"]
+    # alignment and uniformity on STS-B *dev* (SimCSE's analysis), not on the test split
+    stsb = ref.read_task(tiny_sts_dir, "STSBenchmark-dev")["test"]
     assert len(set(stsb[0] + stsb[1])) < 2 * len(stsb[0]) and 4.0 in stsb[2]
     align, uniform = ref.alignment_uniformity(embed, stsb)
+    on_test = ref.alignment_uniformity(embed, ref.read_task(tiny_sts_dir, "STSBenchmark")["test"])
+    assert abs(on_test[0] - align) > 1e-4 and abs(on_test[1] - uniform) > 1e-4  # the split matters here
     assert r["alignment"] == pytest.approx(align, abs=1e-5)
     assert r["uniformity"] == pytest.approx(uniform, abs=1e-5)
 

@@ -8,7 +8,10 @@ against the gold scores (scipy). Two aggregations are reported under separate ke
 - ``wmean`` (SentEval's other figure): per-subset Spearman averaged with weights = subset sizes.
 
 STS-B is scored on ``sts-test.csv`` and SICK-R on ``SICK_test_annotated.txt``. Alignment and uniformity
-(Wang & Isola, 2020) are computed on STS-B test with L2-normalised vectors.
+(Wang & Isola, 2020) are computed on the STS-B **development** split (``sts-dev.csv``) with L2-normalised
+vectors, as SimCSE's analysis does (its section 5, "we take STS-B development set"; the paper's Table 3
+follows SimCSE's and DiffCSE's analysis); the dev sentences are encoded in a pass of their own, so the
+test scores do not depend on them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from focalcse.data.sts import StsSplit
 from focalcse.data.tasks import TASKS, load_split
 
 ALIGN_THRESHOLD = 4.0  # STS-B pairs with gold > 4 are the positive pairs for alignment
+ALIGN_SPLIT = "STSBenchmark-dev"  # the split alignment and uniformity are computed on (SimCSE's analysis)
 
 
 def cosine_spearman(v1: torch.Tensor, v2: torch.Tensor, gold: Sequence[float]) -> float:
@@ -83,7 +87,8 @@ def evaluate_sts(
 
     Top-level keys ``STS12`` ... ``SICKRelatedness`` and ``avg`` hold the ``all``-setting Spearman x 100;
     ``wmean`` holds the size-weighted per-subset means (and their ``avg``), ``subsets`` every subset's
-    Spearman; ``alignment``/``uniformity`` come from STS-B test when it is among the tasks.
+    Spearman; ``alignment``/``uniformity`` come from the STS-B dev split (:data:`ALIGN_SPLIT`) when
+    STS-B is among the tasks.
     """
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -112,11 +117,14 @@ def evaluate_sts(
     result["wmean"] = wmean
     result["subsets"] = subsets
     if "STSBenchmark" in splits:
-        s1, s2, gold = next(iter(splits["STSBenchmark"].subsets.values()))
+        # A pass of its own: the test sentences above are batched exactly as without it.
+        s1, s2, gold = next(iter(load_split(data_dir, ALIGN_SPLIT, check_counts).subsets.values()))
+        dev_unique = list(dict.fromkeys(s1 + s2))
+        dev_vecs = encode(encoder, dev_unique, batch_size=batch_size, precision=precision, progress=False)
+        dev_row = {s: i for i, s in enumerate(dev_unique)}
         pos = [i for i, g in enumerate(gold) if g > ALIGN_THRESHOLD]
-        v1, v2 = lookup(s1), lookup(s2)
-        all_sents = list(dict.fromkeys(s1 + s2))
-        align, uniform = alignment_uniformity(lookup(all_sents), v1[pos], v2[pos])
+        v1, v2 = dev_vecs[[dev_row[s] for s in s1]], dev_vecs[[dev_row[s] for s in s2]]
+        align, uniform = alignment_uniformity(dev_vecs, v1[pos], v2[pos])
         result["alignment"], result["uniformity"] = align, uniform
     result["n_pairs"] = {t: len(sp) for t, sp in splits.items()}
     return result

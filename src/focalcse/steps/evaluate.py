@@ -14,7 +14,7 @@ from focalcse.layout import Layout
 from focalcse.provenance import provenance
 from focalcse.results import write_result
 
-SETTING = "all (STS12-16 subsets pooled); wmean under 'wmean'"
+SETTING = "all (STS12-16 subsets pooled); wmean under 'wmean'; alignment / uniformity on STS-B dev"
 
 
 def run(
