@@ -77,3 +77,15 @@ def test_frameworks_run_departures_name_each_framework_item(tmp_path) -> None:
 def test_the_default_has_no_framework_lines() -> None:
     r = recipe(load_params(REPO / "params.yaml"))
     assert not any("items" in x for x in r.departures + r.matches)
+
+
+def test_the_framework_notes_label_denoised_test_scoring_a_variant(tmp_path) -> None:
+    from focalcse.report.sections import framework_notes
+
+    official = " ".join(framework_notes(load_params(REPO / "params/frameworks.yaml")))
+    assert "The test sets are scored without template denoising" in official and "Variant" not in official
+    variant = " ".join(
+        framework_notes(load_params(_frameworks_params(tmp_path, promptbert={"eval_denoise": True})))
+    )
+    assert "**Variant:** the test sets are scored *with* template denoising" in variant
+    assert "not comparable with the published ones" in variant

@@ -118,9 +118,29 @@ def row_name(f: str, loss: str) -> str:
     return NAMES[f] if loss == "infonce" else f"{NAMES[f]} + Focal-InfoNCE"
 
 
-def check_block(rows: dict, root: Path, params, f: str, b: str, keys: list[str], holm: bool) -> None:
+STS_FAMILY = [*TASKS, "avg"]
+GEOMETRY = ["alignment", "uniformity"]
+# Table 3's Holm row: alignment and uniformity are their own family, STS-B sits in Table 2's
+TABLE3_FAMILIES = {"alignment": GEOMETRY, "uniformity": GEOMETRY, "STSBenchmark": STS_FAMILY}
+
+
+def file_p(root: Path, params, f: str, b: str, key: str) -> float:
+    """scipy's paired t-test p of Focal-InfoNCE against InfoNCE of framework ``f``, from the files."""
+    runs = {loss: evals(root, params, f, b, loss) for loss in ("infonce", "focal_infonce")}
+    paired = sorted(set(runs["infonce"]) & set(runs["focal_infonce"]))
+    return float(
+        sps.ttest_rel(
+            [runs["focal_infonce"][s][key] for s in paired], [runs["infonce"][s][key] for s in paired]
+        ).pvalue
+    )
+
+
+def check_block(
+    rows: dict, root: Path, params, f: str, b: str, keys: list[str], holm: bool | dict[str, list[str]]
+) -> None:
     """The ours / Δ / raw p (/ Holm p) rows of framework ``f`` against the files: mean ± std by numpy,
-    Δ and p by scipy's ttest_rel of Focal-InfoNCE against the same framework's InfoNCE runs."""
+    Δ and p by scipy's ttest_rel of Focal-InfoNCE against the same framework's InfoNCE runs. ``holm``:
+    True when ``keys`` are one Holm family, or each key's family (``{key: family keys}``)."""
     runs = {loss: evals(root, params, f, b, loss) for loss in ("infonce", "focal_infonce")}
     for loss, by_seed in runs.items():
         row = rows[f"{row_name(f, loss)}, ours"]
@@ -148,8 +168,10 @@ def check_block(rows: dict, root: Path, params, f: str, b: str, keys: list[str],
         assert p == pytest.approx(want.pvalue, rel=6e-3) and star == (want.pvalue < 0.05)
     if holm:
         h_row = rows[f"p (Holm) ({pair}); * = Holm-adjusted p < 0.05"]
-        adjusted = brute_holm([ps[k] for k in keys])  # Table 2's columns are the family
-        for cell, want in zip(h_row[2:], adjusted):
+        families = {k: keys for k in keys} if holm is True else holm  # Table 2: its columns
+        for key, cell in zip(keys, h_row[2:]):
+            family = families[key]
+            want = brute_holm([file_p(root, params, f, b, k) for k in family])[family.index(key)]
             p, star = _p(cell)
             assert p == pytest.approx(want, rel=6e-3) and star == (want < 0.05)
 
@@ -204,8 +226,8 @@ def test_a_three_framework_report_has_table3_promptbert_rows_every_table2_and_th
     ]
     rows = {r[0]: r for r in t3[1:]}
     for f in FRAMEWORK_ORDER:
-        check_block(rows, root, params, f, b, ["alignment", "uniformity", "STSBenchmark"], holm=False)
-    assert not any(n.startswith("p (Holm)") for n in names)  # descriptive: raw p only
+        check_block(rows, root, params, f, b, ["alignment", "uniformity", "STSBenchmark"], TABLE3_FAMILIES)
+    assert sum(n.startswith("p (Holm)") for n in names) == 3  # one Holm row per framework
 
     # ---- Table 2 of every framework (SimCSE's keeps its title), Holm within the framework
     for f in FRAMEWORK_ORDER:
@@ -223,7 +245,15 @@ def test_a_three_framework_report_has_table3_promptbert_rows_every_table2_and_th
     # ---- §5.3: PromptBERT InfoNCE against PromptBERT Focal-InfoNCE, 7-task average and STS-B
     pb = _table(tables, f"PromptBERT + Focal-InfoNCE (§5.3) — {b}")
     assert pb[0] == ["Model", "seeds", "Avg.", "STS-B"]
-    check_block({r[0]: r for r in pb[1:]}, root, params, "promptbert", b, ["avg", "STSBenchmark"], holm=False)
+    check_block(
+        {r[0]: r for r in pb[1:]},
+        root,
+        params,
+        "promptbert",
+        b,
+        ["avg", "STSBenchmark"],
+        {"avg": STS_FAMILY, "STSBenchmark": STS_FAMILY},
+    )
     said = [line for line in md.splitlines() if line.startswith("Measured here, ")]
     sentence = next(line for line in said if "against PromptBERT:" in line)
     # Table 3's paragraph: DiffCSE's STS-B, alignment and uniformity tests in words
@@ -241,7 +271,13 @@ def test_a_three_framework_report_has_table3_promptbert_rows_every_table2_and_th
     p_avg = sps.ttest_rel(
         [runs["focal_infonce"][s]["avg"] for s in (1, 2, 3)], [runs["infonce"][s]["avg"] for s in (1, 2, 3)]
     ).pvalue
-    assert f"7-task average {d_avg:+.2f} (raw p = {p_avg:.3g}, n = 3;" in sentence
+    # the verdict is decided on the Holm p of the 8-column family, computed here from the files
+    h_avg = brute_holm([file_p(root, params, "promptbert", b, k) for k in STS_FAMILY])[-1]
+    verdict = "a significant" if h_avg < 0.05 else "not significant at α = 0.05 after Holm"
+    assert (
+        f"7-task average {d_avg:+.2f} (raw p = {p_avg:.3g}, Holm p = {h_avg:.3g} over the 8-column STS "
+        f"family, n = 3; {verdict}"
+    ) in sentence
     assert sentence.startswith(
         f"Measured here, in small CPU runs from `all-MiniLM-L6-v2` ({params.data.num_sentences:,} training "
         "sentences, 3 seeds), not from the paper's BERT-base: PromptBERT + Focal-InfoNCE against PromptBERT: "
@@ -265,7 +301,13 @@ def test_a_three_framework_report_has_table3_promptbert_rows_every_table2_and_th
     # ---- the notes: DiffCSE's generator (pretrained here) and PromptBERT's evaluation denoising
     assert "the small MLM the `pretrain_generator` stage trained on the training corpus" in md
     assert "not `distilbert-base-uncased`" in md and 'frameworks.diffcse.generator` is ""' in md
-    assert "`frameworks.promptbert.eval_denoise` = true" in md
+    if (
+        params.frameworks.promptbert.eval_denoise
+    ):  # as the params file sets it: denoised test scores are a variant
+        assert "**Variant:** the test sets are scored *with* template denoising" in md
+    else:
+        assert "The test sets are scored without template denoising" in md and "**Variant:**" not in md
+    assert "The dev checkpoint is selected with template denoising" in md
     assert "Frameworks: SimCSE, PromptBERT, DiffCSE (sweep.frameworks)" in md
     assert "SimCSE runs only" in md  # the per-run figures say so
     # the wall time counts every framework's files
@@ -442,15 +484,28 @@ def test_the_frameworks_parameter_set_has_no_ablation_tables(tmp_path) -> None:
     )
 
 
-def test_direction_words_follow_which_way_is_better() -> None:
-    """Alignment and uniformity improve downwards: a significant negative Δ is an improvement there,
-    a loss for a Spearman score."""
+def test_direction_words_follow_which_way_is_better_and_decide_on_holm() -> None:
+    """Alignment and uniformity improve downwards: a negative Δ significant after Holm is an
+    improvement there, a loss for a Spearman score. The verdict is the Holm p's, never the raw p's,
+    and a test in no Holm family gets none."""
     from focalcse.report.sections import _direction
 
-    down = {"mean_diff": -0.0069, "p_value": 0.005, "n": 3}
-    assert _direction(down, 0.05, lower_is_better=True, digits=4).endswith("a significant improvement)")
-    assert _direction(down, 0.05).endswith("a significant loss)")
-    assert _direction({**down, "mean_diff": 0.0877}, 0.05, lower_is_better=True).endswith(
-        "a significant worsening)"
+    fam = "the 2-test alignment/uniformity family"
+    down = {"mean_diff": -0.0069, "p_value": 0.005, "n": 3, "p_holm": 0.0102}
+    assert _direction(down, 0.05, fam, lower_is_better=True, digits=4) == (
+        "-0.0069 (raw p = 0.005, Holm p = 0.0102 over the 2-test alignment/uniformity family, n = 3; "
+        "a significant improvement at α = 0.05 after Holm)"
     )
-    assert "not significant at α = 0.05" in _direction({**down, "p_value": 0.4}, 0.05, lower_is_better=True)
+    assert _direction(down, 0.05, fam).endswith("a significant loss at α = 0.05 after Holm)")
+    assert _direction({**down, "mean_diff": 0.0877}, 0.05, fam, lower_is_better=True).endswith(
+        "a significant worsening at α = 0.05 after Holm)"
+    )
+    up = {"mean_diff": 0.84, "p_value": 0.019, "n": 3, "p_holm": 0.064}
+    assert _direction(up, 0.05, "the 8-column STS family") == (
+        "+0.84 (raw p = 0.019, Holm p = 0.064 over the 8-column STS family, n = 3; "
+        "not significant at α = 0.05 after Holm)"
+    )
+    # in no family (or no p_holm recorded): descriptive, whatever the raw p
+    for test, family in ((down, None), ({k: v for k, v in down.items() if k != "p_holm"}, fam)):
+        said = _direction(test, 0.05, family, lower_is_better=True)
+        assert "significant" not in said.replace("no significance verdict", "") and "descriptive" in said

@@ -257,7 +257,7 @@ def test_holm_refuses_values_that_are_not_a_family_of_p_values(bad) -> None:
 
 def test_significance_holm_values_are_holm_of_each_familys_raw_p() -> None:
     """significance(): per backbone and treatment loss, p_holm over (tasks + avg) is holm() of their
-    raw p-values; alignment / uniformity are outside the family; the decisions follow alpha."""
+    raw p-values; alignment / uniformity are a family of their own; the decisions follow alpha."""
     rng = np.random.default_rng(7)
     tasks = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
     runs = []
@@ -286,5 +286,9 @@ def test_significance_holm_values_are_holm_of_each_familys_raw_p() -> None:
             for k in family:
                 assert tests[k]["significant_holm"] == (tests[k]["p_holm"] < 0.05)
                 decisions.add((tests[k]["significant"], tests[k]["significant_holm"]))
-            assert "p_holm" not in tests["alignment"] and "p_holm" not in tests["uniformity"]
+            # alignment / uniformity: their own family of two; uniformity is constant here (its test
+            # undefined, NaN), so the family counts one test and alignment keeps its raw p
+            assert doc["holm_family_geometry"] == ["alignment", "uniformity"]
+            assert math.isnan(tests["uniformity"]["p_value"]) and math.isnan(tests["uniformity"]["p_holm"])
+            assert tests["alignment"]["p_holm"] == tests["alignment"]["p_value"]
     assert (True, False) in decisions  # some raw-significant test that Holm does not keep

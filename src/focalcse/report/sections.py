@@ -16,6 +16,7 @@ the alignment-uniformity scatter), the ablations and the hard negatives stay Sim
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -258,6 +259,57 @@ def framework_table2(params: Params, data: ReportData, backbone: str, framework:
     )
 
 
+def last_step_note(
+    params: Params, data: ReportData, backbone: str, framework: str = BASE_FRAMEWORK
+) -> str | None:
+    """Under a Table 2: for every run of ``framework`` on ``backbone`` with training metrics, whether
+    its best STS-B dev checkpoint (``best_step``) was its last step (``steps``), in one or two
+    sentences; a run best at its last step was still improving when training stopped. None when no
+    run of the table has training metrics."""
+    trains = data.trains if framework == BASE_FRAMEWORK else data.framework_trains.get(framework, {})
+    label = framework_runs_label(params, framework)
+    last, earlier, unknown, no_dev = [], [], [], []
+    steps = set()
+    for loss in params.sweep.losses:
+        for seed in params.sweep.seeds:
+            tr = trains.get((backbone, loss, seed))
+            if tr is None:
+                continue
+            name = f"{label(loss)} seed {seed}"
+            dev = tr.get("stsb_dev_best", 0.0)
+            if tr.get("best_step") is None or tr.get("steps") is None:
+                unknown.append(name)
+            elif dev is None or not math.isfinite(dev):  # no dev selection: the last step is kept
+                no_dev.append(name)
+            elif tr["best_step"] == tr["steps"]:
+                last.append(name)
+                steps.add(tr["steps"])
+            else:
+                earlier.append(name)
+    if not (last or earlier or unknown or no_dev):
+        return None
+    texts = []
+    if last and not earlier:
+        at = f"step {steps.pop()}" if len(steps) == 1 else "each run's last step"
+        who = "Every run's" if not (unknown or no_dev) else f"Every recorded dev-selected run's ({len(last)})"
+        texts.append(
+            f"{who} best STS-B dev checkpoint was its last step ({at}): the models were still improving "
+            "when training stopped, so the comparison is of models that had not converged."
+        )
+    elif last:
+        texts.append(
+            f"Best STS-B dev checkpoint at the last step (still improving when training stopped): "
+            f"{_and(last)}; before the last step: {_and(earlier)}."
+        )
+    elif earlier:
+        texts.append("No run's best STS-B dev checkpoint was its last step.")
+    if no_dev:
+        texts.append(f"Not selected on STS-B dev (the last step is kept): {_and(no_dev)}.")
+    if unknown:
+        texts.append(f"Best step or step count not recorded: {_and(unknown)}.")
+    return " ".join(texts)
+
+
 def framework_has_runs(data: ReportData, framework: str, backbone: str) -> bool:
     """Whether ``significance.json`` summarises any run of ``framework`` on ``backbone``."""
     sig = data.significance_of(framework)
@@ -316,19 +368,41 @@ TABLE3_KEYS: tuple[tuple[str, str, Digits], ...] = (
 TABLE3_FRAMEWORK_LABELS = {"alignment": "ALGN ↓", "uniformity": "UNIF ↓"}
 
 
+def table3_tests_note(sig: dict[str, Any]) -> str:
+    """Which Holm family each Table 3 column's Holm p (and the report's verdict) comes from."""
+    sts = holm_family_text(sig, "STSBenchmark") or "no Holm family"
+    geometry = [k for k in ("alignment", "uniformity") if holm_family_text(sig, k)]
+    if geometry:
+        return (
+            " The p (Holm) row adjusts alignment and uniformity within their own Holm family "
+            f"({holm_family_text(sig, geometry[0])} of each loss against the baseline), and STS-B within "
+            f"{sts} of Table 2; a difference is called significant only when its Holm p < α."
+        )
+    return (
+        f" The p (Holm) row adjusts STS-B within {sts} of Table 2. Alignment and uniformity are "
+        "descriptive here (this significance.json puts them in no Holm family): their raw p is no "
+        "significance verdict."
+    )
+
+
 def table3(params: Params, data: ReportData, backbone: str) -> Table:
     """Alignment, uniformity (STS-B test; lower is better) and STS-B Spearman per loss, mean ± std.
     With frameworks besides SimCSE, the paper's Table 3: every framework's rows (``SimCSE``,
     ``SimCSE + Focal-InfoNCE``, ``DiffCSE``, ...), each loss tested against the same framework's
-    baseline-loss runs (paired t-test over matched seeds, raw p)."""
+    baseline-loss runs (paired t-test over matched seeds: raw p, and the Holm p of each column's family:
+    alignment and uniformity their own, STS-B Table 2's)."""
     if params.sweep.frameworks:
         return framework_table3(params, data, backbone)
     header = ["Model", "seeds", *[label for _, label, _ in TABLE3_KEYS]]
-    rows, classes = loss_rows(params, data.significance, backbone, [(k, d) for k, _, d in TABLE3_KEYS])
+    rows, classes = loss_rows(
+        params, data.significance, backbone, [(k, d) for k, _, d in TABLE3_KEYS], holm=True
+    )
     caption = (
         "Alignment = E‖f(x)−f(y)‖² over STS-B test pairs with gold > 4; uniformity = log E e^{−2‖f(x)−f(y)‖²} "
-        "over all STS-B test sentences; L2-normalised vectors (Wang & Isola, 2020). The paper's Table 3 "
-        "numbers were lost in the captured text, so no published row is shown."
+        "over all STS-B test sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
+        "both. Δ and p: two-sided paired t-test over matched seeds against the baseline loss."
+        + table3_tests_note(data.significance)
+        + " The paper's Table 3 numbers were lost in the captured text, so no published row is shown."
     )
     return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
 
@@ -344,7 +418,9 @@ def framework_table3(params: Params, data: ReportData, backbone: str) -> Table:
             continue
         sig = data.significance_of(f)
         # every framework's rows named as the paper's Table 3, SimCSE's too ("SimCSE + Focal-InfoNCE")
-        r, c = loss_rows(params, sig, backbone, cols, label=partial(run_label, f, baseline=sig["baseline"]))
+        r, c = loss_rows(
+            params, sig, backbone, cols, holm=True, label=partial(run_label, f, baseline=sig["baseline"])
+        )
         rows += r
         classes += c
     base = f"the baseline loss (`{params.significance.baseline}`)"
@@ -355,8 +431,9 @@ def framework_table3(params: Params, data: ReportData, backbone: str) -> Table:
         "over all STS-B test sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
         "both. STS-B: test Spearman × 100. Mean ± std (ddof 1) over seeds; each Δ and raw p is a "
         "two-sided paired t-test over matched seeds against the SAME framework trained with "
-        f"{base} on this backbone (descriptive columns: no Holm adjustment). The paper's Table 3 numbers "
-        "were lost in the captured text, so no published row is shown."
+        f"{base} on this backbone, one Holm family per framework, backbone and loss."
+        + table3_tests_note(data.significance)
+        + " The paper's Table 3 numbers were lost in the captured text, so no published row is shown."
     )
     if absent:
         caption += f" Not evaluated yet on this backbone (no item in significance.json): {_and(absent)}."
@@ -365,20 +442,27 @@ def framework_table3(params: Params, data: ReportData, backbone: str) -> Table:
 
 def promptbert_table(params: Params, data: ReportData, backbone: str) -> Table | None:
     """§5.3: PromptBERT trained with the baseline loss against PromptBERT with every other loss, the
-    7-task average and STS-B, Δ and raw p; None without PromptBERT runs on ``backbone``."""
+    7-task average and STS-B, Δ, raw p and Holm p (of PromptBERT's Table 2 family); None without
+    PromptBERT runs on ``backbone``."""
     if not framework_has_runs(data, "promptbert", backbone):
         return None
     sig = data.significance_of("promptbert")
     keys = [k for k in ("avg", "STSBenchmark") if k in metric_columns(params, sig)]
     rows, classes = loss_rows(
-        params, sig, backbone, [(k, 2) for k in keys], label=framework_runs_label(params, "promptbert")
+        params,
+        sig,
+        backbone,
+        [(k, 2) for k in keys],
+        holm=True,
+        label=framework_runs_label(params, "promptbert"),
     )
     n_tasks = len([c for c in metric_columns(params, sig) if c != "avg"])
+    family = holm_family_text(sig, "avg") or "no Holm family"
     caption = (
         f"Avg. = the {n_tasks}-task average, STS-B = STS-B test, Spearman × 100, mean ± std (ddof 1) over "
         "seeds; Δ and raw p: two-sided paired t-test over matched seeds against PromptBERT trained with "
-        f"the baseline loss (`{sig['baseline']}`) (the same tests as in PromptBERT's Table 2, whose Holm row covers "
-        "all its columns)."
+        f"the baseline loss (`{sig['baseline']}`) (the same tests as in PromptBERT's Table 2); p (Holm): "
+        f"adjusted within {family} of PromptBERT's Table 2, on which the sentence below decides."
     )
     return Table(
         f"PromptBERT + Focal-InfoNCE (§5.3) — {backbone}",
@@ -389,24 +473,62 @@ def promptbert_table(params: Params, data: ReportData, backbone: str) -> Table |
     )
 
 
+def holm_family_text(sig: dict[str, Any], key: str) -> str | None:
+    """The Holm family the tests of ``key`` belong to in ``sig``, in words (``the 8-column STS
+    family``, ``the 2-test alignment/uniformity family``); None when ``key`` is in none (e.g.
+    alignment in a significance.json written before the geometry family existed)."""
+    sts = list(sig.get("holm_family") or [])
+    geometry = list(sig.get("holm_family_geometry") or [])
+    if key in sts:
+        return f"the {len(sts)}-column STS family"
+    if key in geometry:
+        return f"the {len(geometry)}-test {'/'.join(geometry)} family"
+    return None
+
+
+def _defined(p: Any) -> bool:
+    return p is not None and p == p
+
+
 def _direction(
-    test: dict[str, Any] | None, alpha: float, lower_is_better: bool = False, digits: int = 2
+    test: dict[str, Any] | None,
+    alpha: float,
+    family: str | None = None,
+    lower_is_better: bool = False,
+    digits: int = 2,
 ) -> str:
-    """A paired test in words: its Δ, p and whether it is a significant improvement / worsening at
-    ``alpha`` (for alignment and uniformity, ``lower_is_better``: a negative Δ is the improvement)."""
+    """A paired test in words: its Δ, the raw p (information only), and the verdict, decided on the
+    Holm-adjusted ``p_holm`` of ``family`` (its name in words, :func:`holm_family_text`): a
+    significant gain / loss (improvement / worsening for ``lower_is_better`` scores such as alignment
+    and uniformity, where a negative Δ is the improvement) when ``p_holm`` < ``alpha``, else not
+    significant. A test in no Holm family (``family`` None, or no ``p_holm``) is called descriptive
+    and gets no verdict: the raw p alone never makes a difference significant."""
     if not test or test.get("mean_diff") is None:
         return "not tested"
     p = test.get("p_value")
-    ptext = "p undefined" if p is None or p != p else f"raw p = {p:.3g}"
-    if p is not None and p == p and p < alpha:
+    raw = f"raw p = {p:.3g}" if _defined(p) else "raw p undefined"
+    n = test.get("n", "?")
+    diff = fmt_diff(test, digits)
+    if family is None or "p_holm" not in test:
+        return f"{diff} ({raw}, n = {n}; descriptive: in no Holm family, no significance verdict)"
+    ph = test["p_holm"]
+    if not _defined(ph):
+        return f"{diff} ({raw}, Holm p undefined over {family}, n = {n}; no verdict)"
+    if ph < alpha:
         better = (test["mean_diff"] < 0) if lower_is_better else (test["mean_diff"] > 0)
         if lower_is_better:
-            verdict = "a significant improvement" if better else "a significant worsening"
+            word = "a significant improvement" if better else "a significant worsening"
         else:
-            verdict = "a significant gain" if better else "a significant loss"
+            word = "a significant gain" if better else "a significant loss"
+        verdict = f"{word} at α = {alpha:g} after Holm"
     else:
-        verdict = f"not significant at α = {alpha:g}"
-    return f"{fmt_diff(test, digits)} ({ptext}, n = {test.get('n', '?')}; {verdict})"
+        verdict = f"not significant at α = {alpha:g} after Holm"
+    return f"{diff} ({raw}, Holm p = {ph:.3g} over {family}, n = {n}; {verdict})"
+
+
+def _said(sig: dict[str, Any], tests: dict[str, Any], key: str, **kwargs: Any) -> str:
+    """:func:`_direction` of ``tests[key]``, decided within the Holm family ``sig`` puts ``key`` in."""
+    return _direction(tests.get(key), sig["alpha"], holm_family_text(sig, key), **kwargs)
 
 
 def _device(runs: Sequence[dict[str, Any]]) -> str:
@@ -423,12 +545,11 @@ def promptbert_sentence(params: Params, data: ReportData, backbone: str) -> str:
     about §5.3 (no gain from Focal-InfoNCE with PromptBERT; the paper's guess why)."""
     sig = data.significance_of("promptbert")
     entry = sig["backbones"][backbone]
-    alpha = sig["alpha"]
     parts = []
     for loss, tests in entry.get("ttest", {}).items():
         parts.append(
             f"{run_label('promptbert', loss, sig['baseline'])} against PromptBERT: 7-task average "
-            f"{_direction(tests.get('avg'), alpha)}, STS-B {_direction(tests.get('STSBenchmark'), alpha)}"
+            f"{_said(sig, tests, 'avg')}, STS-B {_said(sig, tests, 'STSBenchmark')}"
         )
     measured = "; ".join(parts) if parts else "no loss was tested against PromptBERT's baseline-loss runs"
     n_seeds = len(params.sweep.seeds)
@@ -444,8 +565,9 @@ def promptbert_sentence(params: Params, data: ReportData, backbone: str) -> str:
         f"Measured here, {setting}: {measured}. The paper (§5.3) saw no improvement from Focal-InfoNCE "
         "with PromptBERT and guessed that PromptBERT's positives come from two different templates, not "
         "from dropout alone. These numbers can agree or disagree with the paper's finding only for this "
-        "setting: a non-significant difference from so few seeds is not evidence of no effect, a "
-        "significant one on this backbone and corpus need not carry over to BERT-base, and nothing here "
+        "setting: a difference not significant after Holm from so few seeds is not evidence of no "
+        "effect, a significant one on this backbone and corpus need not carry over to BERT-base, and "
+        "nothing here "
         "tests the paper's explanation (that would need PromptBERT runs that change how positives are "
         "made)."
     )
@@ -459,12 +581,11 @@ def diffcse_sentence(params: Params, data: ReportData, backbone: str) -> str | N
         return None
     sig = data.significance_of("diffcse")
     entry = sig["backbones"][backbone]
-    alpha = sig["alpha"]
     parts = [
         f"{run_label('diffcse', loss, sig['baseline'])} against DiffCSE: STS-B "
-        f"{_direction(tests.get('STSBenchmark'), alpha)}, alignment "
-        f"{_direction(tests.get('alignment'), alpha, lower_is_better=True, digits=4)}, "
-        f"uniformity {_direction(tests.get('uniformity'), alpha, lower_is_better=True, digits=3)}"
+        f"{_said(sig, tests, 'STSBenchmark')}, alignment "
+        f"{_said(sig, tests, 'alignment', lower_is_better=True, digits=4)}, "
+        f"uniformity {_said(sig, tests, 'uniformity', lower_is_better=True, digits=3)}"
         for loss, tests in entry.get("ttest", {}).items()
     ]
     measured = "; ".join(parts) if parts else "no loss was tested against DiffCSE's baseline-loss runs"
@@ -485,7 +606,7 @@ def diffcse_sentence(params: Params, data: ReportData, backbone: str) -> str | N
             if small
             else ""
         )
-        + "a non-significant difference from so few seeds is not evidence of no effect."
+        + "a difference not significant after Holm from so few seeds is not evidence of no effect."
     )
 
 
@@ -747,6 +868,8 @@ def sts_tables(ctx: Context) -> None:
     ctx.doc.h2("Table 2: STS tasks (Spearman × 100)")
     for b in ctx.data.significance["backbones"]:
         ctx.doc.table(table2(ctx.params, ctx.data, b))
+        if (note := last_step_note(ctx.params, ctx.data, b)) is not None:
+            ctx.doc.p(note)
     reference = published_reference(ctx.params, ctx.data)
     if reference is not None:
         ctx.doc.table(reference)
@@ -767,6 +890,8 @@ def framework_sts_tables(ctx: Context) -> None:
         for b in params.sweep.backbones_of(f):
             if framework_has_runs(data, f, b):
                 ctx.doc.table(table2(params, data, b, f))
+                if (note := last_step_note(params, data, b, f)) is not None:
+                    ctx.doc.p(note)
             else:
                 ctx.doc.p(
                     f"Table 2 — {framework_label(f)} — `{b}`: not available (no evaluated {f} item of "
@@ -978,10 +1103,18 @@ def framework_notes(params: Params) -> list[str]:
             "PromptBERT (Jiang et al., 2022): the sentence vector is the [MASK] state of a template "
             f"(templates `{pb.templates}`); the two views of a sentence use two different templates, "
             f"{'denoised' if pb.denoise else 'not denoised'} in training (`frameworks.promptbert.denoise`), "
-            "and the loss under test replaces InfoNCE. Evaluation denoising follows "
-            f"`frameworks.promptbert.eval_denoise` = {str(pb.eval_denoise).lower()}: the template's own "
-            f"[MASK] vector is {'subtracted' if pb.eval_denoise else 'not subtracted'} at evaluation "
-            "(the official unsupervised evaluation, Prompt-BERT's eval_only.sh, does not subtract it)."
+            "and the loss under test replaces InfoNCE. The dev checkpoint is selected "
+            f"{'with' if pb.denoise else 'without'} template denoising (as the official training run, "
+            "CLTrainer.evaluate). "
+            + (
+                "**Variant:** the test sets are scored *with* template denoising "
+                "(`frameworks.promptbert.eval_denoise: true`); the official unsupervised evaluation "
+                "(evaluation.py, eval_only.sh) scores them without it, so these PromptBERT scores are not "
+                "comparable with the published ones."
+                if pb.eval_denoise
+                else "The test sets are scored without template denoising, as the official unsupervised "
+                "evaluation (evaluation.py, eval_only.sh; `frameworks.promptbert.eval_denoise: false`)."
+            )
         )
     notes.append(
         "Per-run figures (training curves, the alignment-uniformity scatter), the τ / m ablations and the "
