@@ -48,6 +48,21 @@ def write_json(path: str | os.PathLike, data: Any) -> Path:
     return atomic_write(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=True) + "\n")
 
 
+def follow_umask(folder: str | os.PathLike) -> None:
+    """Give ``folder``, everything in it and below it the modes the umask gives new files and folders
+    (0644 / 0755 under umask 022). Libraries that write through ``tempfile`` (safetensors' weights,
+    written 0600) would otherwise leave single files private while the rest follows the umask."""
+    mask = current_umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for root, dirs, files in os.walk(folder):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o777 & ~mask)
+        for f in files:
+            p = os.path.join(root, f)
+            if not os.path.islink(p):
+                os.chmod(p, 0o666 & ~mask)
+
+
 @contextmanager
 def staged_dir(dest: str | os.PathLike, swap: Callable[[Path, Path], Any] | None = None) -> Iterator[Path]:
     """Build a folder in a temp folder beside ``dest``; on success swap it in place of ``dest``.
@@ -62,7 +77,7 @@ def staged_dir(dest: str | os.PathLike, swap: Callable[[Path, Path], Any] | None
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~current_umask())
+        follow_umask(tmp)
         (swap or replace_dir)(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -277,12 +277,13 @@ class SentenceEncoder(nn.Module):
                     dense.load_state_dict(self.mlp[0].state_dict())
             self.backbone.save_pretrained(tmp, safe_serialization=True)
             self.tokenizer.save_pretrained(tmp)
+            drop_loader_flags(tmp / "tokenizer_config.json")
             record = EncoderRecord(
                 eval_pooler=eval_pooler,
                 train_pooler=self.pooler,
                 mlp_only_train=self.mlp_only_train,
                 max_seq_len=self.max_seq_len,
-                backbone=self.source,
+                backbone=portable_source(self.source),
                 extra=extra,
                 framework=self.framework_record(),
             )
@@ -300,6 +301,36 @@ class SentenceEncoder(nn.Module):
         _write_sentence_transformers_files(
             folder, self.eval_pooler, self.backbone.config.hidden_size, eval_max_length(self), self.mlp
         )
+
+
+# Keys ``AutoTokenizer.from_pretrained`` adds to a tokenizer's init kwargs about *how it was loaded*
+# (transformers 5: ``is_local``, ``local_files_only`` - the latter true under HF_HUB_OFFLINE=1), which
+# ``save_pretrained`` writes into tokenizer_config.json. They describe the loading process, not the
+# tokenizer, and would make the same model's folder hash depend on the environment.
+TOKENIZER_LOADER_FLAGS = ("is_local", "local_files_only", "cache_dir", "token", "revision", "_commit_hash")
+
+
+def drop_loader_flags(path: Path) -> None:
+    """Remove :data:`TOKENIZER_LOADER_FLAGS` from a saved ``tokenizer_config.json`` (rewritten with the
+    same layout ``save_pretrained`` uses: indent 2, sorted keys, a final newline)."""
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if not any(k in config for k in TOKENIZER_LOADER_FLAGS):
+        return
+    for key in TOKENIZER_LOADER_FLAGS:
+        config.pop(key, None)
+    path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def portable_source(source: str) -> str:
+    """The backbone reference a model folder records: a hub id or name as given, but a local folder
+    by its name only (``folder:<name>``), so the folder's bytes do not depend on where that folder was.
+    The full path stays in the run's provenance (``*.meta.json``, MLflow)."""
+    path = Path(source).expanduser()
+    if source.startswith((".", "/", "~")) or (os.sep in source and path.is_dir()):
+        return f"folder:{path.name}"
+    return source
 
 
 def init_mlp(linear: nn.Linear, config: Any) -> None:
