@@ -8,6 +8,7 @@ hyper-parameters come from the torch-free registry (:mod:`focalcse.core.losses`)
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -32,6 +33,14 @@ class ConfigError(ValueError):
 
 def _fail(section: str, key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"params {section}.{key} = {value!r}: expected {allowed}")
+
+
+def _finite(value: Any) -> bool:
+    """A real number that is neither NaN nor infinite (every float param must be one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?|mps(:\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -81,20 +90,20 @@ class TrainConfig:
         s = "train"
         if self.loss not in loss_names():
             _fail(s, "loss", self.loss, f"one of {', '.join(loss_names())}")
-        if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
+        if not (_finite(self.temperature) and self.temperature > 0):
             _fail(s, "temperature", self.temperature, "a number > 0")
         declared = hyper_params()
         for key, value in self.hyper:
             if key not in declared:
                 _fail(s, key, value, f"a hyper-parameter some loss declares ({', '.join(declared)})")
-            expected = declared[key].check(value)
+            expected = declared[key].check(value) or (None if _finite(value) else declared[key].allowed())
             if expected:
                 _fail(s, key, value, expected)
         if self.pooler not in POOLERS:
             _fail(s, "pooler", self.pooler, f"one of {', '.join(POOLERS)}")
         if self.batch_size < 2:
             _fail(s, "batch_size", self.batch_size, "an integer >= 2 (in-batch negatives need two sentences)")
-        if not self.lr > 0:
+        if not (_finite(self.lr) and self.lr > 0):
             _fail(s, "lr", self.lr, "a number > 0")
         if self.epochs < 1:
             _fail(s, "epochs", self.epochs, "an integer >= 1")
@@ -114,9 +123,9 @@ class TrainConfig:
                 f"one of {', '.join(TRAIN_PRECISIONS)} (fp16 training would need a GradScaler, which this "
                 "trainer does not use; bf16 needs none)",
             )
-        if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm >= 0):
+        if not (_finite(self.max_grad_norm) and self.max_grad_norm >= 0):
             _fail(s, "max_grad_norm", self.max_grad_norm, "a number >= 0 (0 = no clipping)")
-        if self.weight_decay < 0:
+        if not (_finite(self.weight_decay) and self.weight_decay >= 0):
             _fail(s, "weight_decay", self.weight_decay, "a number >= 0")
         if self.log_every < 1:
             _fail(s, "log_every", self.log_every, "an integer >= 1")
@@ -124,7 +133,7 @@ class TrainConfig:
             _fail(s, "grad_cache_chunk", self.grad_cache_chunk, "an integer >= 0 (0 = off)")
         if self.checkpoint_steps < 0:
             _fail(s, "checkpoint_steps", self.checkpoint_steps, "an integer >= 0 (0 = at every evaluation)")
-        if not (self.device == "cpu" or self.device.startswith(("cuda", "mps"))):
+        if not _DEVICE.match(self.device):
             _fail(s, "device", self.device, "cpu, cuda, cuda:N or mps")
 
     def hyper_value(self, key: str) -> float:
@@ -156,7 +165,7 @@ class TrainConfig:
     def from_mapping(cls, section: str, data: Mapping[str, Any] | None) -> TrainConfig:
         """Build from a flat train section: known keys are fields, keys a loss declares go to
         ``hyper`` (in the order written; the chosen loss's missing ones take their defaults)."""
-        data = dict(data or {})
+        data = _section(section, data)
         own = {f.name for f in fields(cls)} - {"hyper"}
         declared = hyper_params()
         unknown = sorted(set(data) - own - set(declared))
@@ -299,11 +308,11 @@ class AblationConfig:
             _fail(s, "seed", self.seed, "an integer >= 0")
         if len(set(self.temperatures)) != len(self.temperatures):
             _fail(s, "temperatures", list(self.temperatures), "a list of unique numbers ([] = no Table 4)")
-        if any(t <= 0 for t in self.temperatures):
+        if any(not (_finite(t) and t > 0) for t in self.temperatures):
             _fail(s, "temperatures", list(self.temperatures), "numbers > 0")
         if len(set(self.ms)) != len(self.ms):
             _fail(s, "ms", list(self.ms), "a list of unique numbers ([] = no Table 5)")
-        if any(m < 0 for m in self.ms):
+        if any(not (_finite(m) and m >= 0) for m in self.ms):
             _fail(s, "ms", list(self.ms), "numbers >= 0")
 
 
@@ -350,6 +359,7 @@ class PromptBERTConfig:
                 self.templates,
                 f"one of {', '.join(PROMPTBERT_TEMPLATES)}",
             )
+        _check_train_layers("frameworks.promptbert", self.train, self.backbones)
 
 
 @dataclass(frozen=True)
@@ -371,13 +381,17 @@ class GeneratorConfig:
 
     def __post_init__(self) -> None:
         s = "frameworks.diffcse.pretrain"
-        for key in ("hidden", "layers", "heads", "steps", "batch_size", "max_seq_len"):
+        for key in ("hidden", "layers", "heads", "steps", "max_seq_len"):
             if getattr(self, key) < 1:
                 _fail(s, key, getattr(self, key), "an integer >= 1")
+        if self.batch_size < 2:  # a batch of one sentence is dropped (batch_spans): no MLM batch at all
+            _fail(s, "batch_size", self.batch_size, "an integer >= 2")
         if self.hidden % self.heads:
             _fail(s, "hidden", self.hidden, f"a multiple of heads ({self.heads})")
-        if not self.lr > 0:
+        if not (_finite(self.lr) and self.lr > 0):
             _fail(s, "lr", self.lr, "a number > 0")
+        if self.seed < 0:
+            _fail(s, "seed", self.seed, "an integer >= 0")
         if not 0 < self.mask_ratio < 1:
             _fail(s, "mask_ratio", self.mask_ratio, "a number in (0, 1)")
 
@@ -399,8 +413,16 @@ class DiffCSEConfig:
         s = "frameworks.diffcse"
         if not 0 < self.mask_ratio < 1:
             _fail(s, "mask_ratio", self.mask_ratio, "a number in (0, 1)")
-        if not self.lambda_weight >= 0:
+        if not (_finite(self.lambda_weight) and self.lambda_weight >= 0):
             _fail(s, "lambda_weight", self.lambda_weight, "a number >= 0 (0 = SimCSE's loss)")
+        if self.generator and not (Path(self.generator).is_dir() or _HUB_ID.match(self.generator)):
+            _fail(
+                s,
+                "generator",
+                self.generator,
+                "'' (the pretrain_generator stage's MLM), an MLM folder or a hub id",
+            )
+        _check_train_layers(s, self.train, self.backbones)
 
 
 @dataclass(frozen=True)
@@ -412,11 +434,11 @@ class FrameworksConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> FrameworksConfig:
-        data = dict(data or {})
+        data = _section("frameworks", data)
         unknown = sorted(set(data) - {"promptbert", "diffcse"})
         if unknown:
             raise ConfigError(f"params frameworks: unknown key(s) {unknown}; allowed: diffcse, promptbert")
-        diff = dict(data.get("diffcse") or {})
+        diff = _section("frameworks.diffcse", data.get("diffcse"))
         pretrain = from_dict(GeneratorConfig, "frameworks.diffcse.pretrain", diff.pop("pretrain", None))
         return cls(
             promptbert=from_dict(PromptBERTConfig, "frameworks.promptbert", data.get("promptbert")),
@@ -474,7 +496,7 @@ def _with(cfg: T, section: str, **changes: Any) -> T:
 
 def from_dict(cls: type[T], section: str, data: dict[str, Any] | None) -> T:
     """Build dataclass ``cls`` from a params section, refusing unknown keys and wrong types."""
-    data = dict(data or {})
+    data = _section(section, data)
     hints = get_type_hints(cls)
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - names)
@@ -521,7 +543,42 @@ def _coerce(section: str, key: str, value: Any, hint: Any) -> Any:
             if inner == "str" and not isinstance(item, str):
                 _fail(section, key, value, "a list of strings")
         return tuple(value)
-    return value
+    if text.startswith("dict"):
+        if not isinstance(value, Mapping) or any(not isinstance(k, str) for k in value):
+            _fail(section, key, value, "a mapping of names to values")
+        if text.startswith("dict[str, dict") and any(not isinstance(v, Mapping) for v in value.values()):
+            _fail(section, key, value, "a mapping of names to mappings of train keys")
+        return dict(value)
+    raise ConfigError(f"params {section}.{key}: no validation for its type {text}")  # a new field type
+
+
+def _section(section: str, data: Any) -> dict[str, Any]:
+    """A params section as a dict: ``None`` (empty in YAML) is ``{}``; anything but a mapping is refused."""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"params {section} = {data!r}: expected a mapping of keys to values")
+    return dict(data)
+
+
+# The train keys the sweep item sets itself: an override layer may not set them (they would be ignored).
+ITEM_KEYS = ("loss", "seed")
+
+
+def _check_train_layers(section: str, train: Mapping[str, Any], backbones: Mapping[str, Any]) -> None:
+    """A framework's train-key layers (``<section>.train``, ``<section>.backbones.<b>``) name only train
+    keys; their values are validated in each item's merged config (:meth:`Params.train_config`)."""
+    own = {f.name for f in fields(TrainConfig)} - {"hyper"}
+    allowed = own | set(hyper_params())
+    for where, layer in (("train", train), *((f"backbones.{b}", v) for b, v in backbones.items())):
+        unknown = sorted(set(layer) - allowed)
+        if unknown:
+            raise ConfigError(
+                f"params {section}.{where}: unknown key(s) {unknown}; allowed: {', '.join(sorted(allowed))}"
+            )
+        fixed = sorted(set(layer) & set(ITEM_KEYS))
+        if fixed:
+            raise ConfigError(f"params {section}.{where}: {fixed} come from the sweep item; remove them")
 
 
 @dataclass(frozen=True)
@@ -582,13 +639,11 @@ class Params:
         )
         try:
             return TrainConfig.from_mapping(f"train ({where})", merged)
-        except ConfigError as err:
-            if framework == BASE_FRAMEWORK:
+        except ConfigError as err:  # name the layers over `train` that this item merges
+            layers = [name for name, layer in self.config_layers(backbone, loss, framework)[1:] if layer]
+            if not layers:
                 raise
-            layers = [name for name, layer in self.config_layers(backbone, loss, framework)[4:] if layer]
-            raise ConfigError(
-                f"{err} (item {where}; framework layers: {', '.join(layers) or 'none'})"
-            ) from err
+            raise ConfigError(f"{err} (layers over train for this item: {', '.join(layers)})") from err
 
     def effective_config(
         self, backbone: str, loss: str, seed: int | None = None, framework: str = BASE_FRAMEWORK
@@ -702,6 +757,33 @@ def check_ablation(params: Params) -> None:
             params.ablation_train_config(kind, v)
 
 
+def batch_spans(n: int, batch_size: int) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` slices of one epoch's sentence permutation that are its batches
+    (:func:`focalcse.core.training.batch_order` cuts every epoch with them): consecutive runs of
+    ``batch_size``, the last one shorter, dropped when it holds a single sentence (no in-batch negative)."""
+    spans = [(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+    return [(start, stop) for start, stop in spans if stop - start >= 2]
+
+
+def training_steps(cfg: TrainConfig, n: int, where: str = "") -> int:
+    """The optimizer steps ``cfg`` runs on ``n`` sentences in one process: ``max_steps``, or every batch
+    of ``epochs`` epochs when it is 0.
+
+    The trainer's own refusals (:func:`focalcse.core.training._setup` calls this), torch-free so that
+    the check stage applies them to every item before DVC deletes any output: ``max_steps`` beyond the
+    batches the sentences give, or no batch at all. ``where`` names the item in the message."""
+    available = len(batch_spans(n, cfg.batch_size)) * cfg.epochs
+    item = f" ({where})" if where else ""
+    if cfg.max_steps > available:
+        raise ConfigError(
+            f"params train.max_steps={cfg.max_steps}{item} but {n} sentences x {cfg.epochs} epoch(s) give only "
+            f"{available} batches of {cfg.batch_size}: expected 0 (every batch) or at most {available}"
+        )
+    if available == 0:
+        raise ConfigError(f"no training batch: {n} sentences with batch_size {cfg.batch_size}{item}")
+    return cfg.max_steps or available
+
+
 SECTIONS = {
     "data": DataConfig,
     "train": TrainConfig,
@@ -746,12 +828,17 @@ def load_params(path: str | Path = "params.yaml") -> Params:
                 f"params backbone_overrides.{backbone}.losses = {losses!r}: expected a mapping loss -> train keys"
             )
         _check_loss_names(f"backbone_overrides.{backbone}.losses", losses)
+        for where, layer in ((backbone, over), *((f"{backbone}.losses.{k}", v) for k, v in losses.items())):
+            if set(layer) & set(ITEM_KEYS):
+                raise ConfigError(
+                    f"params backbone_overrides.{where}: 'loss' and 'seed' come from the sweep item"
+                )
     loss_over = raw.get("loss_overrides") or {}
     if not isinstance(loss_over, dict) or any(not isinstance(v, dict) for v in loss_over.values()):
         raise ConfigError(f"params loss_overrides = {loss_over!r}: expected a mapping loss -> train keys")
     _check_loss_names("loss_overrides", loss_over)
     for loss, over in loss_over.items():
-        if "loss" in over or "seed" in over:
+        if set(over) & set(ITEM_KEYS):
             raise ConfigError(f"params loss_overrides.{loss}: 'loss' and 'seed' come from the sweep item")
     params = Params(
         **built,

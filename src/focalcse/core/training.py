@@ -29,7 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from focalcse.atomic import recover_dir, replace_dir, rotate_dir, staged_dir
-from focalcse.config import TrainConfig
+from focalcse.config import TrainConfig, batch_spans, training_steps
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.encode import autocast_context, pad_batch
 from focalcse.core.gradcache import two_view_loss
@@ -99,16 +99,14 @@ def tokenize_corpus(path: str | os.PathLike, tokenizer: Any, max_seq_len: int, n
 
 
 def batch_order(n: int, batch_size: int, epochs: int, seed: int) -> list[list[int]]:
-    """Index batches for all epochs: a seeded permutation per epoch; a last batch of 1 is dropped
-    (a single sentence has no negatives)."""
+    """Index batches for all epochs: a seeded permutation per epoch, cut by
+    :func:`focalcse.config.batch_spans` (a last batch of 1 is dropped: a single sentence has no
+    negatives; the check stage counts the batches with the same function)."""
     gen = torch.Generator().manual_seed(seed)
     batches: list[list[int]] = []
     for _ in range(epochs):
         perm = torch.randperm(n, generator=gen).tolist()
-        for start in range(0, n, batch_size):
-            chunk = perm[start : start + batch_size]
-            if len(chunk) >= 2:
-                batches.append(chunk)
+        batches += [perm[start:stop] for start, stop in batch_spans(n, batch_size)]
     return batches
 
 
@@ -283,13 +281,9 @@ def _setup(
     ids_column = corpus["input_ids"] if not isinstance(corpus, list) else corpus
     n = len(ids_column)
     batches = batch_order(n, cfg.batch_size, cfg.epochs, cfg.seed)
-    if cfg.max_steps:
-        if cfg.max_steps > len(batches):
-            raise ValueError(
-                f"train.max_steps={cfg.max_steps} but {n} sentences x {cfg.epochs} epoch(s) give only "
-                f"{len(batches)} batches of {cfg.batch_size}"
-            )
-        batches = batches[: cfg.max_steps]
+    # ConfigError (a ValueError) when max_steps exceeds the batches or there is none: the check stage
+    # applies the same function to every item from params, before DVC deletes any output
+    batches = batches[: training_steps(cfg, n)]
     batches = parallel.usable_batches(batches)  # all ranks: same global batches, same step count
     total = len(batches)
     if total == 0:

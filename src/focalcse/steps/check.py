@@ -19,15 +19,17 @@ and the models in DVC's cache, so a removed item can be brought back from there.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from focalcse.atomic import write_json
-from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS, Params
+from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS, ConfigError, Params, TrainConfig, training_steps
+from focalcse.core.losses import loss_spec
 from focalcse.data.corpus import read_sentences, sample_sentences
-from focalcse.data.sources import corpus_path, senteval_dir
+from focalcse.data.sources import MIRROR_ENV, corpus_path, senteval_dir
 from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
 from focalcse.layout import ABLATION_KINDS, COMPANION_KEYS, Layout, companion_file, safe_name
 
@@ -40,9 +42,11 @@ CHECKED = {
 
 
 def run(params: Params, layout: Layout) -> dict[str, Any]:
-    """Check the sources ``params`` names (``params`` itself was validated when loaded): the corpus is
-    readable and has ``data.num_sentences`` sentences, every STS task and extra split parses with its
-    expected counts. Raises the data layer's one-line errors; writes :data:`CHECKED` on success."""
+    """Check every item's params against the sample (:func:`check_params`; each section was validated
+    when loaded), then the sources ``params`` names: the corpus is readable and has
+    ``data.num_sentences`` sentences, every STS task and extra split parses with its expected counts.
+    Raises :class:`ConfigError` or the data layer's one-line errors; writes :data:`CHECKED` on success."""
+    check_params(params)
     mirror = params.data.mirror or None
     corpus = corpus_path(mirror)  # downloads once without a mirror; one line when that fails
     sentences = read_sentences(corpus)
@@ -53,6 +57,97 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     removed = prune_stale(params, layout)
     write_json(layout.check_file, CHECKED)
     return {"corpus_sentences": len(sentences), "sts_pairs": splits, "removed": [str(p) for p in removed]}
+
+
+def check_params(params: Params) -> None:
+    """The refusals a stage would make later, decided from params alone (no file is read but the mirror
+    folder's existence): for every train item of every framework and every ablation item, the trainer's
+    own step count (:func:`focalcse.config.training_steps`: ``max_steps`` beyond the batches the sample
+    gives, no batch), a batch larger than the sample, a dev period longer than the run, and the
+    frameworks' refusals of a train config; DiffCSE's generator batch; a ``data.mirror`` that is not a
+    folder. Raises :class:`ConfigError` with one line naming the key, the item and what is expected."""
+    mirror = params.data.mirror
+    if mirror and not os.environ.get(MIRROR_ENV) and not Path(mirror).is_dir():  # the env var wins
+        raise ConfigError(
+            f"params data.mirror = {mirror!r}: expected '' (the standard downloads) or an existing folder "
+            "laid out like shared/data"
+        )
+    n = params.data.num_sentences
+    for framework, backbone, loss, seed in params.framework_items():
+        where = f"item {framework} {backbone} {loss} seed {seed}"
+        cfg = params.train_config(backbone, loss, seed, framework)
+        check_train_item(cfg, n, where)
+        check_framework_item(params, framework, cfg, where)
+    ab = params.ablation
+    for kind in ABLATION_KINDS:
+        if kind == "m" and "m" not in loss_spec(ab.loss).hyper_names:
+            continue  # config.check_ablation's rule: no m, no Table 5
+        for value in params.ablation_values(kind):
+            check_train_item(params.ablation_train_config(kind, value), n, f"item ablate_{kind}@{value:g}")
+    gen = params.frameworks.diffcse
+    if "diffcse" in params.sweep.frameworks and not gen.generator and gen.pretrain.batch_size > n:
+        raise ConfigError(
+            f"params frameworks.diffcse.pretrain.batch_size = {gen.pretrain.batch_size}: expected at most "
+            f"data.num_sentences ({n}), the sentences the generator is trained on"
+        )
+
+
+def check_train_item(cfg: TrainConfig, n: int, where: str) -> int:
+    """One item's train config against the ``n`` sampled sentences; returns its steps."""
+    if cfg.batch_size > n:
+        raise ConfigError(
+            f"params train.batch_size = {cfg.batch_size} ({where}): expected at most data.num_sentences "
+            f"({n}); a larger batch would silently hold only the {n} sentences"
+        )
+    steps = training_steps(cfg, n, where)  # the trainer's own rule (core/training.py _setup)
+    if cfg.eval_steps > steps:
+        raise ConfigError(
+            f"params train.eval_steps = {cfg.eval_steps} ({where}): expected at most the item's {steps} "
+            "steps; with more, STS-B dev is scored at the last step only and no checkpoint is selected"
+        )
+    return steps
+
+
+def check_framework_item(params: Params, framework: str, cfg: TrainConfig, where: str) -> None:
+    """The refusals a framework makes of an item's train config when its stage builds the encoder
+    (core/frameworks/*.py, core/training.py ``_setup``, core/gradcache.py), decided here from params."""
+
+    def refuse(key: str, value: Any, expected: str) -> None:
+        raise ConfigError(f"params train.{key} = {value!r} ({where}): expected {expected}")
+
+    if cfg.grad_cache_chunk and cfg.device.startswith("mps"):
+        refuse(
+            "grad_cache_chunk",
+            cfg.grad_cache_chunk,
+            "0 on mps: GradCache replays the dropout RNG on cpu and cuda only",
+        )
+    if framework == BASE_FRAMEWORK:
+        return
+    if cfg.grad_cache_chunk:
+        refuse(
+            "grad_cache_chunk",
+            cfg.grad_cache_chunk,
+            f"0: framework {framework} does not support GradCache (docs/frameworks.md)",
+        )
+    if framework == "promptbert" and cfg.pooler == "avg":
+        refuse(
+            "pooler",
+            cfg.pooler,
+            "cls or cls_before_pooler: PromptBERT's sentence vector is the template's mask token",
+        )
+    if framework == "diffcse":
+        if cfg.pooler != "cls":
+            refuse(
+                "pooler",
+                cfg.pooler,
+                "cls: DiffCSE feeds the discriminator the pooled [CLS] after the projector",
+            )
+        if params.frameworks.diffcse.batchnorm and not cfg.mlp_only_train:
+            refuse(
+                "mlp_only_train",
+                cfg.mlp_only_train,
+                "true with frameworks.diffcse.batchnorm: true (the BatchNorm projector is used in training only)",
+            )
 
 
 def expected_outputs(params: Params, layout: Layout) -> set[Path]:
