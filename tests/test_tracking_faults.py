@@ -37,10 +37,11 @@ class _HangingClient:
         return call
 
 
-def test_hanging_client_never_blocks_and_sync_delivers(tmp_path: Path) -> None:
+def test_hanging_client_never_blocks_and_sync_delivers(tmp_path: Path, monkeypatch) -> None:
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the store `sync` looks at for dead runs
     store = MlflowClient(uri)
     exp = store.create_experiment("faults", artifact_location=(tmp_path / "art").as_uri())
     run_id = store.create_run(exp).info.run_id
@@ -68,13 +69,13 @@ def test_hanging_client_never_blocks_and_sync_delivers(tmp_path: Path) -> None:
     finally:
         fake.release.set()
     counts = tracking.sync(folder=queue)
-    assert counts == {"runs": 1, "metrics": 3 * n + n // 50, "left": 0}
+    assert counts == {"runs": 1, "metrics": 3 * n + n // 50, "left": 0, "killed": 0}
     assert not list(queue.glob("*.jsonl"))
     r = store.get_run(run_id)
     assert r.info.status == "FINISHED"
     assert [m.step for m in store.get_metric_history(run_id, "loss")] == list(range(1, n + 1))
     assert len(store.get_metric_history(run_id, "stsb_dev_spearman")) == n // 50
-    assert tracking.sync(folder=queue) == {"runs": 0, "metrics": 0, "left": 0}  # nothing twice
+    assert tracking.sync(folder=queue) == {"runs": 0, "metrics": 0, "left": 0, "killed": 0}  # nothing twice
 
 
 # ---------------------------------------------------------------- slow: the real stage
@@ -219,23 +220,42 @@ def test_kill_9_and_resume_keep_one_run_with_a_logged_model(project: Path) -> No
 
 
 def test_run_of_a_dead_process_that_nothing_resumes_ends_killed(tmp_path: Path) -> None:
+    import fcntl
+
     from mlflow import MlflowClient
 
-    store = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = MlflowClient(uri)
     exp = store.create_experiment("stale", artifact_location=(tmp_path / "art").as_uri())
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stage = {"dvc_stage": "train@tiny-infonce-1", "focalcse_stage": "train"}
     host = socket.gethostname()
-    gone = store.create_run(exp, tags={**stage, "focalcse.pid": str(dead.pid), "focalcse.host": host})
-    alive = store.create_run(exp, tags={**stage, "focalcse.pid": str(os.getpid()), "focalcse.host": host})
-    queued = store.create_run(exp, tags={**stage, "focalcse.pid": str(dead.pid), "focalcse.host": host})
-    (tmp_path / "q").mkdir()
-    (tmp_path / "q" / f"{queued.info.run_id}.jsonl").write_text("{}\n")  # waits for `tracking sync`
-    tracking._kill_stale(store, exp, "train@tiny-infonce-1", None, tmp_path / "q")
+    gone_tags = {**stage, "focalcse.pid": str(dead.pid), "focalcse.host": host}
+    gone = store.create_run(exp, tags=gone_tags)
+    alive = store.create_run(exp, tags={**stage, **tracking.identity_tags()})
+    queued = store.create_run(exp, tags=gone_tags)  # killed with metrics still queued
+    locked = store.create_run(exp, tags=gone_tags)  # its queue file is locked: a stage runs it
+    q = tmp_path / "q"
+    q.mkdir()
+    header = {"t": "run", "run_id": queued.info.run_id, "uri": uri, "pid": str(dead.pid), "host": host}
+    metrics = [{"t": "m", "k": "loss", "v": 1.0 / s, "ts": 0, "s": s} for s in (1, 2, 3)]
+    (q / f"{queued.info.run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [header, *metrics]))
+    held = open(q / f"{locked.info.run_id}.jsonl", "a")  # noqa: SIM115
+    fcntl.flock(held, fcntl.LOCK_EX)
+    held.write(json.dumps({**header, "run_id": locked.info.run_id}) + "\n")
+    held.flush()
+    try:
+        tracking._kill_stale(store, exp, "train@tiny-infonce-1", None, q, uri)
+    finally:
+        held.close()
     assert store.get_run(gone.info.run_id).info.status == "KILLED"
     assert store.get_run(alive.info.run_id).info.status == "RUNNING"
-    assert store.get_run(queued.info.run_id).info.status == "RUNNING"
+    # the queue is sent first, then the run ends KILLED
+    assert store.get_run(queued.info.run_id).info.status == "KILLED"
+    assert [m.step for m in store.get_metric_history(queued.info.run_id, "loss")] == [1, 2, 3]
+    assert not (q / f"{queued.info.run_id}.jsonl").exists()
+    assert store.get_run(locked.info.run_id).info.status == "RUNNING"
 
 
 def test_raise_ends_failed_resume_continues_it_ctrl_c_ends_killed(tmp_path: Path, monkeypatch) -> None:

@@ -5,6 +5,10 @@ One experiment per parameter set (``tracking.experiment``). One run per train ma
 evaluation, best step, wall time and throughput, the model folder as the ``model`` artifact; the
 evaluate stage then adds the 7 STS scores to the *same* run, found by the model folder's fingerprint
 (tag ``model_sha256``), so one row of the MLflow table is one backbone × loss × seed with its scores.
+A train run also names its inputs (the training sample and the STS data as MLflow datasets, by content
+digest) and its code (``mlflow.source.git.commit``). Each run records the process that writes it;
+a run whose process on this machine is gone is ended KILLED by the item's next attempt or by
+``focalcse tracking sync``, never from another machine.
 
 Where: ``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<repo root>/mlflow.db`` with artifacts in
 ``<repo root>/mlartifacts`` (the repo root is ``DVC_ROOT``, which DVC sets for every stage command,
@@ -200,15 +204,147 @@ def client_and_experiment(params: Params, uri: str | None = None) -> tuple[Any, 
 def _base_tags(params: Params, stage: str) -> dict[str, str]:
     from focalcse.provenance import git_commit
 
+    commit = git_commit()  # the stage's workspace (a queued experiment's own checkout)
     tags = {
         "param_set": experiment_name(params),
         "params_hash": params_hash(params),
-        "git_commit": git_commit(),  # the stage's workspace (a queued experiment's own checkout)
+        "git_commit": commit,  # with `-dirty` when tracked code or params had uncommitted edits
         "dvc_stage": os.environ.get("DVC_STAGE", stage),
+        **source_tags(commit),
     }
     if os.environ.get("DVC_EXP_NAME"):  # set by `dvc exp run` for each experiment
         tags["dvc_experiment"] = os.environ["DVC_EXP_NAME"]
     return tags
+
+
+def source_tags(commit: str) -> dict[str, str]:
+    """MLflow's own source tags, as it sets them for a local project (what the UI's Source column
+    shows): ``mlflow.source.type`` ``LOCAL``, ``mlflow.source.name`` the entry script (relative to
+    the repo root when inside it) and ``mlflow.source.git.commit`` the commit (without ``-dirty``;
+    left out outside git)."""
+    main = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    name = "<console>"
+    if main is not None:
+        name = str(main)
+        with contextlib.suppress(ValueError, OSError):
+            name = main.resolve().relative_to(repo_root()).as_posix()
+    tags = {"mlflow.source.type": "LOCAL", "mlflow.source.name": name}
+    sha = commit.removesuffix("-dirty")
+    if sha and sha != "unknown":
+        tags["mlflow.source.git.commit"] = sha
+    return tags
+
+
+# ---------------------------------------------------------------- whose process a run is
+# A run records the process that writes it (tags ``focalcse.host``, ``focalcse.pid``,
+# ``focalcse.pid_start``, ``focalcse.machine_id``; the same keys, unprefixed, in its queue header).
+# It is judged dead only from the machine that ran it, and only when that process is gone.
+IDENTITY_KEYS = ("host", "pid", "pid_start", "machine_id")
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _boot_id() -> str | None:
+    """This boot of the kernel (Linux); a process start time is only comparable within one boot."""
+    return _read_text("/proc/sys/kernel/random/boot_id")
+
+
+def _machine_id() -> str | None:
+    """This machine's id (systemd / D-Bus), stable across reboots; None where there is none."""
+    return _read_text("/etc/machine-id") or _read_text("/var/lib/dbus/machine-id")
+
+
+def _start_ticks(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or None
+    when no such process runs (a zombie, killed and not yet reaped, counts as gone)."""
+    stat = _read_text(f"/proc/{int(pid)}/stat")
+    if stat is None:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def process_identity(pid: int | None = None) -> dict[str, str]:
+    """``host``, ``pid`` and, where the OS tells, ``pid_start`` (``<boot id>:<start ticks>``, so a
+    reused PID is told apart) and ``machine_id`` of process ``pid`` (default: this one)."""
+    pid = os.getpid() if pid is None else int(pid)
+    out = {"host": socket.gethostname(), "pid": str(pid)}
+    boot, ticks = _boot_id(), _start_ticks(pid)
+    if boot and ticks:
+        out["pid_start"] = f"{boot}:{ticks}"
+    machine = _machine_id()
+    if machine:
+        out["machine_id"] = machine
+    return out
+
+
+def identity_tags(pid: int | None = None) -> dict[str, str]:
+    """:func:`process_identity` as run tags (``focalcse.<key>``)."""
+    return {f"focalcse.{k}": v for k, v in process_identity(pid).items()}
+
+
+def _identity_of(tags: dict[str, str], header: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The process a run names: its tags (updated by every attempt that resumes it), else its queue
+    header."""
+    if "focalcse.pid" in tags:
+        return {k: tags[f"focalcse.{k}"] for k in IDENTITY_KEYS if f"focalcse.{k}" in tags}
+    return {k: header[k] for k in IDENTITY_KEYS if k in (header or {})}
+
+
+def process_gone(identity: dict[str, Any]) -> bool:
+    """Whether the process ``identity`` names (see :func:`process_identity`) is certainly gone.
+
+    Only a process of this machine can be judged: another host name (or, same name, another machine
+    id) is never gone from here. On this machine it is gone when its PID no longer runs or now runs
+    a process started at another time (PID reuse), or when it started before a reboot."""
+    if not identity.get("host") or identity["host"] != socket.gethostname():
+        return False
+    mine, theirs = _machine_id(), identity.get("machine_id")
+    if mine and theirs and mine != theirs:
+        return False  # a machine of the same name
+    try:
+        pid = int(identity["pid"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    ticks = None
+    if identity.get("pid_start"):  # (none recorded: another OS, or a run from before they were)
+        boot, _, ticks = str(identity["pid_start"]).rpartition(":")
+        if boot != _boot_id():  # started before a reboot of this machine, or on another machine
+            return bool(mine and theirs == mine)
+    now = _start_ticks(pid)  # None: not running, a zombie, or hidden (another user's, hidepid)
+    if now is not None:
+        return ticks is not None and now != ticks  # another start time: the PID was reused
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: it runs, as another user
+        return False
+    return _boot_id() is not None  # Linux: signalable but not running, a zombie; elsewhere: alive
+
+
+def _kill_if_gone(client: Any, run_id: str, header: dict[str, Any] | None = None, run: Any = None) -> bool:
+    """End ``run_id`` KILLED if it is still RUNNING and the process it names is gone."""
+    run = run if run is not None else client.get_run(run_id)
+    if run.info.status != "RUNNING":
+        return False
+    identity = _identity_of(run.data.tags, header)
+    if not process_gone(identity):
+        return False
+    client.set_terminated(run_id, status="KILLED")
+    print(
+        f"MLflow run {run_id} marked KILLED: its process {identity.get('pid')} on "
+        f"{identity.get('host')} is gone"
+    )
+    return True
 
 
 # ---------------------------------------------------------------- the local queue
@@ -252,18 +388,34 @@ def read_queue(path: str | os.PathLike) -> list[dict[str, Any]]:
     return out
 
 
+def split_queue(records: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """``(header, body)`` of a queue file's records: the ``run`` records merged in order (a resumed
+    run's later attempt appends its own), and the rest; ``(None, [])`` unless it starts with one."""
+    if not records or records[0].get("t") != "run":
+        return None, []
+    header: dict[str, Any] = {}
+    body = []
+    for r in records:
+        if r.get("t") == "run":
+            header.update(r)
+        else:
+            body.append(r)
+    return header, body
+
+
 class _Journal:
     """Append-only JSON lines ``<queue>/<run_id>.jsonl``, locked (flock) while its stage runs."""
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.prior = read_queue(path)[1:] if path.is_file() else []  # an earlier attempt's records
         self._lock = threading.Lock()
         self._f = open(path, "a")  # noqa: SIM115 - held for the run
         fcntl.flock(self._f, fcntl.LOCK_EX)
-        if self._f.tell() == 0:
-            self.append([header])
+        # an earlier attempt's records (a resumed run); its header is superseded by this attempt's,
+        # appended (not rewritten, so a kill now loses nothing): the last "run" record names the process
+        self.prior = split_queue(read_queue(path))[1] if self._f.tell() else []
+        self.append([header])
 
     def append(self, records: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -327,6 +479,8 @@ def _apply(client: Any, uri: str, run_id: str, r: dict[str, Any]) -> None:
     elif t == "model":
         if Path(r["path"]).is_dir():
             _log_model(uri, run_id, r["path"], r.get("register"))
+    elif t == "inputs":
+        _log_inputs(client, run_id, r["datasets"])
     elif t == "end":
         client.set_terminated(run_id, status=r["status"])
 
@@ -384,41 +538,210 @@ def sync_records(
     return [], sent
 
 
-def sync(root: str | os.PathLike | None = None, folder: str | os.PathLike | None = None) -> dict[str, int]:
-    """Send every queued run (``focalcse tracking sync``); removes what was sent. Files locked by a
-    running stage are skipped. Returns counts: ``runs``, ``metrics``, ``left`` (runs still queued)."""
+def _sync_file(path: Path, client: Any = None, uri: str | None = None) -> tuple[str, int, str | None]:
+    """Send one queue file (``client``/``uri``: the store, default the one its header names); then,
+    if it holds no end status, end its run KILLED when the run's process is gone. Returns
+    ``(outcome, metrics sent, run id)``, outcome one of ``locked`` (its stage runs), ``unreadable``,
+    ``left`` (kept: MLflow refused or is unreachable), ``sent`` (file removed), ``killed`` (sent, file
+    removed, run ended KILLED)."""
     from mlflow import MlflowClient
 
-    _short_http()
-    out = {"runs": 0, "metrics": 0, "left": 0}
-    base = Path(folder) if folder is not None else queue_dir(root)
-    for path in sorted(base.glob("*.jsonl")) if base.is_dir() else ():
-        with open(path, "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # its stage is still running
-                out["left"] += 1
-                continue
-            records = read_queue(path)
-            if not records or records[0].get("t") != "run":
-                continue
-            header, body = records[0], records[1:]
-            uri = _queue_uri(header)
-            try:
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its stage is still running
+            return "locked", 0, None
+        header, body = split_queue(read_queue(path))
+        if header is None:
+            return "unreadable", 0, None
+        run_id = header["run_id"]
+        uri = uri or _queue_uri(header)
+        try:
+            if client is None:
                 check_tracking_uri(uri)
                 client = MlflowClient(tracking_uri=uri)
-                left, sent = sync_records(client, uri, header["run_id"], body)
-            except Exception:  # noqa: BLE001 - unreachable or refused: keep the file
-                out["left"] += 1
-                continue
-            out["metrics"] += sent
-            if left:
-                _write_lines(path, [header, *left])
-                out["left"] += 1
-            else:
-                path.unlink(missing_ok=True)
-                out["runs"] += 1
+            left, sent = sync_records(client, uri, run_id, body)
+        except Exception:  # noqa: BLE001 - unreachable or refused: keep the file
+            return "left", 0, run_id
+        if left:
+            _write_lines(path, [header, *left])
+            return "left", sent, run_id
+        killed = False
+        if not any(r["t"] == "end" for r in body):  # its process never ended the run
+            with contextlib.suppress(Exception):  # housekeeping: `sync` reaps it later otherwise
+                killed = _kill_if_gone(client, run_id, header)
+        path.unlink(missing_ok=True)
+        return ("killed" if killed else "sent"), sent, run_id
+
+
+def reap(uri: str | None = None, exclude: set[str] | frozenset[str] = frozenset()) -> int:
+    """Mark KILLED every RUNNING run of the store whose process (tags ``focalcse.*``) ran on this
+    machine and is gone, except the runs in ``exclude`` (those with a queue file still waiting).
+    A sqlite store that does not exist is left alone. Returns how many runs it ended."""
+    from mlflow import MlflowClient
+
+    uri = uri or tracking_uri()
+    if uri.startswith("sqlite:///") and not _sqlite_path(uri).is_file():
+        return 0
+    check_tracking_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    exps = [e.experiment_id for e in client.search_experiments()]
+    host = socket.gethostname().replace("'", "")
+    killed = 0
+    for i in range(0, len(exps), 100):
+        runs = client.search_runs(
+            exps[i : i + 100],
+            filter_string=f"attributes.status = 'RUNNING' and tags.`focalcse.host` = '{host}'",
+            max_results=5000,
+        )
+        for r in runs:
+            if r.info.run_id not in exclude and _kill_if_gone(client, r.info.run_id, run=r):
+                killed += 1
+    return killed
+
+
+def sync(root: str | os.PathLike | None = None, folder: str | os.PathLike | None = None) -> dict[str, int]:
+    """Send every queued run (``focalcse tracking sync``); removes what was sent. Files locked by a
+    running stage are skipped. A run whose process is gone and never ended it is then ended KILLED,
+    whether it had a queue file or not (:func:`reap` on the store ``tracking_uri(root)``). Returns
+    counts: ``runs`` (sent), ``metrics``, ``left`` (runs still queued), ``killed``."""
+    _short_http()
+    out = {"runs": 0, "metrics": 0, "left": 0, "killed": 0}
+    base = Path(folder) if folder is not None else queue_dir(root)
+    for path in sorted(base.glob("*.jsonl")) if base.is_dir() else ():
+        outcome, sent, _ = _sync_file(path)
+        out["metrics"] += sent
+        if outcome in ("sent", "killed"):
+            out["runs"] += 1
+            out["killed"] += outcome == "killed"
+        elif outcome != "unreadable":
+            out["left"] += 1
+    waiting = {p.stem for p in base.glob("*.jsonl")} if base.is_dir() else set()
+    with contextlib.suppress(Exception):  # housekeeping: an unreachable store is the queue's business
+        out["killed"] += reap(tracking_uri(root), exclude=waiting)
     return out
+
+
+# ---------------------------------------------------------------- what a run read
+DATASET_CONTEXT_TAG = "mlflow.data.context"  # MLflow's input tag for a dataset's role
+
+
+def _file_digests(path: Path) -> tuple[str, str, int, int]:
+    """``(md5, sha256, bytes, lines)`` of a file's bytes, in one read."""
+    md5, sha, size, lines = hashlib.md5(usedforsecurity=False), hashlib.sha256(), 0, 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            md5.update(chunk)
+            sha.update(chunk)
+            size += len(chunk)
+            lines += chunk.count(b"\n")
+    return md5.hexdigest(), sha.hexdigest(), size, lines
+
+
+def dvc_md5(path: str | os.PathLike) -> str:
+    """DVC's content hash of a file or folder, as ``dvc.lock`` records it: the md5 of a file's bytes;
+    for a folder, the md5 of its listing (``[{"md5", "relpath"}]`` sorted by path, JSON with sorted
+    keys) followed by ``.dir``."""
+    path = Path(path)
+    if path.is_file():
+        return _file_digests(path)[0]
+    return _dir_md5({f.relative_to(path).as_posix(): _file_digests(f)[0] for f in _files(path)})
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def _dir_md5(md5s: dict[str, str]) -> str:
+    """DVC's hash of a folder from its files' md5s (keyed by relative POSIX path)."""
+    listing = [{"md5": md5s[rel], "relpath": rel} for rel in sorted(md5s)]
+    blob = json.dumps(listing, sort_keys=True).encode("utf-8")
+    return hashlib.md5(blob, usedforsecurity=False).hexdigest() + ".dir"
+
+
+def _dataset(name: str, digest: str, source: Any, profile: dict[str, Any], context: str) -> dict[str, Any]:
+    """One dataset input as a queue record's entry: an ``mlflow.data`` ``MetaDataset``'s fields, a
+    JSON profile and the MLflow context tag."""
+    from mlflow.data.meta_dataset import MetaDataset
+
+    fields = MetaDataset(source, name=name, digest=digest).to_dict()
+    return {**fields, "profile": json.dumps(profile, sort_keys=True), "context": context}
+
+
+def _local_source(path: Path) -> Any:
+    from mlflow.data.dataset_source_registry import get_dataset_source_from_json
+
+    return get_dataset_source_from_json(json.dumps({"uri": str(path.resolve())}), source_type="local")
+
+
+def input_datasets(layout: Layout) -> list[dict[str, Any]]:
+    """The train item's inputs as MLflow datasets: the training sample (``layout.corpus_file``,
+    context ``training``) and the prepared STS data (``layout.sts_dir``, context ``validation``: the
+    STS-B dev split picks the best step). Each is named by its path in the checkout; its digest is
+    DVC's md5 (MLflow caps digests at 36 characters, too short for a sha256), its profile holds the
+    sha256 of every file. The corpus's source is the sample file; the STS data's is the URL it was
+    downloaded from (its ``manifest.json``), or the folder when it came from a mirror. What is not
+    there (no data yet) is left out."""
+    from mlflow.data.http_dataset_source import HTTPDatasetSource
+
+    def rel(path: Path) -> str:
+        try:
+            return path.resolve().relative_to(Path(layout.root).resolve()).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    out = []
+    corpus = Path(layout.corpus_file)
+    if corpus.is_file():
+        md5, sha, size, lines = _file_digests(corpus)
+        profile = {
+            "sha256": sha,
+            "md5": md5,
+            "bytes": size,
+            "sentences": lines,
+            "made_by": "DVC stage sample",
+        }
+        out.append(_dataset(rel(corpus), md5, _local_source(corpus), profile, "training"))
+    sts = Path(layout.sts_dir)
+    if sts.is_dir():
+        files = {}
+        for f in _files(sts):
+            md5, sha, size, _ = _file_digests(f)
+            files[f.relative_to(sts).as_posix()] = {"sha256": sha, "md5": md5, "bytes": size}
+        digest = _dir_md5({k: v["md5"] for k, v in files.items()})
+        origin = ""
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            origin = str(json.loads((sts / "manifest.json").read_text()).get("source") or "")
+        if origin.startswith(("http://", "https://")):
+            source = HTTPDatasetSource(origin)
+        else:
+            source = _local_source(sts)
+        profile = {"files": files, "origin": origin or None, "made_by": "DVC stage prepare_sts"}
+        out.append(_dataset(rel(sts), digest, source, profile, "validation"))
+    return out
+
+
+def _log_inputs(client: Any, run_id: str, datasets: list[dict[str, Any]]) -> None:
+    """Log queued dataset entries as the run's inputs (MLflow keeps one per name and digest, so
+    sending them again adds nothing)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    inputs = [
+        DatasetInput(
+            Dataset(
+                name=d["name"],
+                digest=d["digest"],
+                source_type=d["source_type"],
+                source=d["source"],
+                schema=d.get("schema"),
+                profile=d.get("profile"),
+            ),
+            tags=[InputTag(DATASET_CONTEXT_TAG, d["context"])] if d.get("context") else [],
+        )
+        for d in datasets
+    ]
+    if inputs:
+        client.log_inputs(run_id, datasets=inputs)
 
 
 # ---------------------------------------------------------------- train runs
@@ -446,7 +769,8 @@ class TrainRun:
         self.uri = uri
         self.close_timeout = close_timeout
         folder = Path(queue) if queue is not None else queue_dir()
-        self._header = {"t": "run", "run_id": run_id, "uri": redact(uri), "pid": os.getpid()}
+        # the process writing the run (host, pid, start time): judged dead only from its own host
+        self._header = {"t": "run", "run_id": run_id, "uri": redact(uri), **process_identity()}
         self.journal = _Journal(folder / f"{run_id}.jsonl", self._header)
         self._skip = skip or set()
         self._pending: list[dict[str, Any]] = []  # handed to the sender, not confirmed
@@ -529,6 +853,16 @@ class TrainRun:
                 return False  # a send after the kick failed: the server is (still) down
             time.sleep(0.05)
         return False
+
+    # -- inputs
+    def log_inputs(self, datasets: list[dict[str, Any]]) -> None:
+        """The run's dataset inputs (entries of :func:`input_datasets`): journaled first (a kill
+        loses nothing), then sent once; queued with the rest if MLflow fails."""
+        if not datasets:
+            return
+        record = {"t": "inputs", "datasets": datasets}
+        self.journal.append([record])
+        self._send(record)
 
     # -- the end
     def _send(self, record: dict[str, Any]) -> None:
@@ -637,21 +971,13 @@ def sentence_transformers_folder(model_dir: str | os.PathLike) -> bool:
     return all(str(m.get("type", "")).startswith("sentence_transformers.") for m in json.loads(f.read_text()))
 
 
-def _alive(pid: Any, host: Any) -> bool:
-    if host != socket.gethostname():
-        return True  # another machine's: cannot tell, leave it
-    try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, ValueError, TypeError):
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_stale(client: Any, exp_id: str, stage: str, keep: str | None, queue: Path) -> None:
-    """Mark KILLED the RUNNING train runs of this item whose process is dead (``kill -9``) and that
-    nothing will resume or sync."""
+def _kill_stale(
+    client: Any, exp_id: str, stage: str, keep: str | None, queue: Path, uri: str | None = None
+) -> None:
+    """End the earlier RUNNING train runs of this item whose process is gone (``kill -9``), checkpoint
+    or not: a run with a queue file has it sent first (its metrics join it), then ends KILLED (or
+    with the end status it queued); a queue file locked by a running stage means its run is alive.
+    ``keep``: the run this attempt continues."""
     try:
         runs = client.search_runs(
             [exp_id],
@@ -663,11 +989,15 @@ def _kill_stale(client: Any, exp_id: str, stage: str, keep: str | None, queue: P
         return
     for r in runs:
         rid = r.info.run_id
-        if rid == keep or (queue / f"{rid}.jsonl").is_file():
+        if rid == keep:
             continue
-        tags = r.data.tags
-        if "focalcse.pid" in tags and not _alive(tags["focalcse.pid"], tags.get("focalcse.host")):
-            client.set_terminated(rid, status="KILLED")
+        with contextlib.suppress(Exception):  # housekeeping only: `focalcse tracking sync` retries
+            path = queue / f"{rid}.jsonl"
+            header = split_queue(read_queue(path))[0] if path.is_file() else None
+            if header is None:  # no queue file (or none readable): the tags name its process
+                _kill_if_gone(client, rid, run=r)
+            elif process_gone(_identity_of(r.data.tags, header)):
+                _sync_file(path, client, uri)  # sent, then KILLED; locked meanwhile: left alone
 
 
 @contextmanager
@@ -678,13 +1008,16 @@ def train_run(
     seed: int,
     work_dir: str | os.PathLike | None = None,
     framework: str = BASE_FRAMEWORK,
+    layout: Layout | None = None,
 ) -> Iterator[TrainRun | _NoRun]:
     """Open the MLflow run of one train matrix item (connectivity checked first); it ends FINISHED,
     FAILED with the error as a tag if the body raises, KILLED on KeyboardInterrupt.
 
     ``work_dir``: the item's checkpoint folder (``.seed<k>.work`` beside the model). The run id is
-    kept there, so a resumed item continues the same run; a run left RUNNING by a killed process that
-    nothing resumes is marked KILLED.
+    kept there, so a resumed item continues the same run; an earlier run of the item left RUNNING by
+    a process of this machine that is gone and that nothing resumes gets its queued records, then
+    ends KILLED. ``layout`` (default: the repo root's) names the data logged as the run's dataset
+    inputs (:func:`input_datasets`).
 
     Example::
 
@@ -709,7 +1042,7 @@ def train_run(
         "data.seed": str(params.data.seed),
         "dev.batch_size": str(params.eval.batch_size),
     }
-    me = {"focalcse.pid": str(os.getpid()), "focalcse.host": socket.gethostname()}
+    me = identity_tags()  # host, pid, its start time: judged dead only from this host
     work = Path(work_dir) if work_dir is not None else None
     run_file = work / RUN_FILE if work is not None else None
     run_id, skip = None, set()
@@ -724,9 +1057,12 @@ def train_run(
         except Exception:  # noqa: BLE001 - unreadable or unknown: a new run
             run_id = None
     if run_id is not None:
-        client.update_run(run_id, status="RUNNING")
-        for k, v in me.items():
+        for k, v in me.items():  # first: a run back to RUNNING always names a live process
             client.set_tag(run_id, k, v)
+        for k in {"focalcse.pid_start", "focalcse.machine_id"} - set(me):  # (none known here)
+            with contextlib.suppress(Exception):
+                client.delete_tag(run_id, k)
+        client.update_run(run_id, status="RUNNING")
         with contextlib.suppress(Exception):  # the interrupted attempt's error, if it raised
             client.delete_tag(run_id, "error")
         print(f"MLflow run {run_id} resumed in experiment {experiment_name(params)!r} at {redact(uri)}")
@@ -746,13 +1082,14 @@ def train_run(
         items = [Param(k, v) for k, v in values.items()]
         for i in range(0, len(items), 100):
             client.log_batch(run_id, params=items[i : i + 100])
-    _kill_stale(client, exp_id, os.environ.get("DVC_STAGE", stage), run_id, queue_dir())
+    _kill_stale(client, exp_id, os.environ.get("DVC_STAGE", stage), run_id, queue_dir(), uri)
     if run_file is not None:
         work.mkdir(parents=True, exist_ok=True)
         record = {"run_id": run_id, "pid": os.getpid(), "uri": redact(uri), "params": values}
         run_file.write_text(json.dumps(record, indent=2) + "\n")
     tracker = TrainRun(client, run_id, uri=uri, skip=skip)
     try:
+        tracker.log_inputs(input_datasets(layout or Layout.at(repo_root())))
         yield tracker
     except BaseException as err:
         status = "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
@@ -818,7 +1155,7 @@ def log_evaluation(
         }
         run = client.create_run(
             exp_id,
-            tags={**base, "focalcse_stage": "evaluate", "linked_train_run": "none"},
+            tags={**base, "focalcse_stage": "evaluate", "linked_train_run": "none", **identity_tags()},
             run_name=run_name(backbone, loss, seed, framework),
         )
         run_id = run.info.run_id
@@ -866,7 +1203,7 @@ def log_summary_run(params: Params, files: list[Path]) -> str | None:
     from mlflow.entities import Metric
 
     client, exp_id, uri = client_and_experiment(params)
-    tags = {**_base_tags(params, "report"), "focalcse_stage": "summary"}
+    tags = {**_base_tags(params, "report"), "focalcse_stage": "summary", **identity_tags()}
     run = client.create_run(exp_id, tags=tags, run_name="summary")
     run_id = run.info.run_id
     try:
