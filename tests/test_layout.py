@@ -87,8 +87,8 @@ def c(path: Path, *keys: str) -> set[str]:
 
 ABLATION_DATA = s(L.corpus_file, L.sts_dir)
 _EXPECTED = {  # stage -> (outs + metrics + plots, data and model deps besides the check file)
-    "sample": (s(L.corpus_file), set()),
-    "prepare_sts": (s(L.sts_dir), set()),
+    "sample": (s(L.corpus_file), s(L.corpus_sources_file)),  # the corpus's fingerprint, not its path
+    "prepare_sts": (s(L.sts_dir), s(L.sts_sources_file)),
     "train": (
         s(L.model_dir(*RUN), L.loss_curve(*RUN), L.dev_curve(*RUN)) | c(L.train_metrics(*RUN), "meta"),
         s(L.corpus_file, L.sts_dir),
@@ -129,7 +129,7 @@ _EXPECTED = {  # stage -> (outs + metrics + plots, data and model deps besides t
     ),
 }
 # every stage but `check` depends on the check stage's output (checked before DVC deletes outputs)
-EXPECTED = {"check": (s(L.check_file), set())} | {
+EXPECTED = {"check": (s(L.check_file, L.corpus_sources_file, L.sts_sources_file), set())} | {
     name: (outs, deps | s(L.check_file)) for name, (outs, deps) in _EXPECTED.items()
 }
 

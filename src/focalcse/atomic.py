@@ -125,3 +125,12 @@ def recover_dir(dest: str | os.PathLike) -> Path:
     if not dest.exists() and old.is_dir():
         os.replace(old, dest)
     return dest
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes (checkpoint manifests, the corpus sample in train metrics, the
+    check stage's source fingerprints)."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

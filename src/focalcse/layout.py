@@ -104,6 +104,17 @@ class Layout:
         return self.root / "data" / "checked.json"
 
     @property
+    def corpus_sources_file(self) -> Path:
+        """The check stage's fingerprint of the corpus it read (content, not path); the ``sample``
+        stage depends on it, so another corpus behind the same mirror setting reruns the sample."""
+        return self.root / "data" / "sources" / "corpus.json"
+
+    @property
+    def sts_sources_file(self) -> Path:
+        """The check stage's fingerprint of the SentEval files it read; ``prepare_sts`` depends on it."""
+        return self.root / "data" / "sources" / "sts.json"
+
+    @property
     def corpus_file(self) -> Path:
         return self.root / "data" / "corpus" / "train.txt"
 

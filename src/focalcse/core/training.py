@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from focalcse.atomic import recover_dir, replace_dir, rotate_dir, staged_dir
+from focalcse.atomic import recover_dir, replace_dir, rotate_dir, sha256_file, staged_dir  # noqa: F401 - sha256_file re-exported
 from focalcse.config import TrainConfig, batch_spans, training_steps
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.encode import autocast_context, pad_batch
@@ -542,14 +542,6 @@ class Checkpointer:
             n += 1
         os.replace(folder, dest)
         return dest
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes (checkpoint manifests, the corpus sample in train metrics)."""
-    import hashlib
-
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def rng_state() -> dict[str, Any]:

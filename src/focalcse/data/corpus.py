@@ -39,14 +39,18 @@ def read_sentences(path: str | os.PathLike) -> list[str]:
     return sentences
 
 
+def check_sample_size(available: int, n: int) -> None:
+    """The sample's refusals: ``n`` must be in ``[1, available]`` (the corpus's non-blank sentences).
+    :func:`sample_sentences` and the check stage (on the recorded count) both apply it."""
+    if n > available:
+        raise CorpusError(f"data.num_sentences={n} but the corpus has only {available} non-blank sentences")
+    if n < 1:
+        raise CorpusError(f"data.num_sentences={n}: expected >= 1")
+
+
 def sample_sentences(sentences: list[str], n: int, seed: int) -> list[str]:
     """``n`` sentences drawn without replacement with ``numpy.random.default_rng(seed)``, kept in corpus
     order (training shuffles per epoch with its own seed)."""
-    if n > len(sentences):
-        raise CorpusError(
-            f"data.num_sentences={n} but the corpus has only {len(sentences)} non-blank sentences"
-        )
-    if n < 1:
-        raise CorpusError(f"data.num_sentences={n}: expected >= 1")
+    check_sample_size(len(sentences), n)
     idx = np.sort(np.random.default_rng(seed).choice(len(sentences), size=n, replace=False))
     return [sentences[i] for i in idx]

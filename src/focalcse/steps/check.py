@@ -18,6 +18,7 @@ and the models in DVC's cache, so a removed item can be brought back from there.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -25,10 +26,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from focalcse.atomic import write_json
+from focalcse.atomic import sha256_file, write_json
 from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS, ConfigError, Params, TrainConfig, training_steps
 from focalcse.core.losses import loss_spec
-from focalcse.data.corpus import read_sentences, sample_sentences
+from focalcse.data.corpus import check_sample_size, read_sentences
 from focalcse.data.sources import MIRROR_ENV, corpus_path, senteval_dir
 from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
 from focalcse.layout import ABLATION_KINDS, COMPANION_KEYS, Layout, companion_file, safe_name
@@ -45,18 +46,80 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     """Check every item's params against the sample (:func:`check_params`; each section was validated
     when loaded), then the sources ``params`` names: the corpus is readable and has
     ``data.num_sentences`` sentences, every STS task and extra split parses with its expected counts.
-    Raises :class:`ConfigError` or the data layer's one-line errors; writes :data:`CHECKED` on success."""
+
+    The sources are fingerprinted by content first (:func:`corpus_fingerprint`, :func:`sts_fingerprint`:
+    sha256 of the raw bytes) and parsed only when a fingerprint differs from the one recorded in
+    ``data/sources/`` by the last passing check; the new fingerprint is written only then (after the
+    parse passed), so DVC reruns exactly the stages that read a changed source (``sample`` depends on
+    the corpus fingerprint, ``prepare_sts`` on the STS one) and an identical copy behind another mirror
+    reruns nothing. Raises :class:`ConfigError` or the data layer's one-line errors; writes
+    :data:`CHECKED` on success."""
     check_params(params)
     mirror = params.data.mirror or None
     corpus = corpus_path(mirror)  # downloads once without a mirror; one line when that fails
-    sentences = read_sentences(corpus)
-    # the sample step's own draw, so its "corpus has only N sentences" check is the one applied here
-    sample_sentences(sentences, params.data.num_sentences, params.data.seed)
     root = senteval_dir(mirror)
-    splits = {key: len(read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)}
+    corpus_fp = corpus_fingerprint(corpus)
+    recorded = _read_json(layout.corpus_sources_file)
+    if recorded is not None and _same_source(recorded, corpus_fp):
+        corpus_fp["sentences"] = recorded["sentences"]  # a count of these very bytes, parsed before
+        parsed_corpus = False
+    else:
+        corpus_fp["sentences"] = len(read_sentences(corpus))
+        parsed_corpus = True
+    # the sample step's own rule for "the corpus has only N sentences", on the (recorded) count
+    check_sample_size(corpus_fp["sentences"], params.data.num_sentences)
+    sts_fp = sts_fingerprint(root)
+    recorded_sts = _read_json(layout.sts_sources_file)
+    parsed_sts = recorded_sts is None or not _same_source(recorded_sts, sts_fp)
+    if parsed_sts:
+        sts_fp["pairs"] = {key: len(read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)}
+    else:
+        sts_fp["pairs"] = recorded_sts["pairs"]
     removed = prune_stale(params, layout)
+    for path, fp, changed in (
+        (layout.corpus_sources_file, corpus_fp, parsed_corpus),
+        (layout.sts_sources_file, sts_fp, parsed_sts),
+    ):
+        if changed or _read_json(path) != fp:
+            write_json(path, fp)
     write_json(layout.check_file, CHECKED)
-    return {"corpus_sentences": len(sentences), "sts_pairs": splits, "removed": [str(p) for p in removed]}
+    return {
+        "corpus_sentences": corpus_fp["sentences"],
+        "sts_pairs": sts_fp["pairs"],
+        "parsed": [name for name, p in (("corpus", parsed_corpus), ("sts", parsed_sts)) if p],
+        "removed": [str(p) for p in removed],
+    }
+
+
+SOURCE_NOTE = (
+    "written by the check stage when this fingerprint changes; sha256 of the raw bytes, named relative "
+    "to the source folder (no absolute path)"
+)
+
+
+def corpus_fingerprint(corpus: Path) -> dict[str, Any]:
+    """``{"note", "file", "sha256"}`` of the corpus file: its name and content, not where it lies."""
+    return {"note": SOURCE_NOTE, "file": corpus.name, "sha256": sha256_file(corpus)}
+
+
+def sts_fingerprint(root: Path) -> dict[str, Any]:
+    """``{"note", "files": {relative path: sha256}}`` of every file under SentEval's ``downstream``
+    folder (the STS readers read some of them; a new or changed one changes the fingerprint)."""
+    files = {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    return {"note": SOURCE_NOTE, "files": files}
+
+
+def _same_source(recorded: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether a recorded fingerprint names the same bytes (the derived counts aside)."""
+    return all(recorded.get(k) == v for k, v in now.items() if k != "note")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def check_params(params: Params) -> None:
