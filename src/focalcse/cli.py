@@ -95,7 +95,7 @@ def _tracking_sync(args: argparse.Namespace) -> int:
     counts = sync(folder=folder)
     print(
         f"tracking sync: {counts['runs']} run(s) sent ({counts['metrics']} metrics), "
-        f"{counts['left']} still queued in {folder}"
+        f"{counts.get('killed', 0)} dead run(s) marked KILLED, {counts['left']} still queued in {folder}"
     )
     return EX_TEMPFAIL if counts["left"] else 0
 
