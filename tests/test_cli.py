@@ -58,7 +58,7 @@ def test_evaluate_writes_metrics_json(tiny_model: Path, data_mirror: Path, tmp_p
     assert {t: result[t] for t in expected} == pytest.approx(expected, abs=1e-4)
     assert {t: result["wmean"][t] for t in expected} == pytest.approx(expected, abs=1e-4)
     assert result["avg"] == pytest.approx(sum(expected.values()) / 2, abs=1e-4)
-    align, uniform = ref.alignment_uniformity(embed, ref.read_task(downstream, "STSBenchmark")["test"])
+    align, uniform = ref.alignment_uniformity(embed, ref.read_task(downstream, "STSBenchmark-dev")["test"])
     assert result["alignment"] == pytest.approx(align, rel=1e-4)
     assert result["uniformity"] == pytest.approx(uniform, rel=1e-4)
     meta = result["meta"]

@@ -132,7 +132,7 @@ def test_config_cli_shows_a_framework(tmp_path: Path) -> None:
         "name": "promptbert",
         "templates": "auto",
         "denoise": True,
-        "eval_denoise": True,
+        "eval_denoise": False,
     }
     assert shown["loss"] == "focal_infonce" and shown["m"] == 0.3
     bad = subprocess.run(

@@ -77,7 +77,7 @@ def test_reported_scores_match_plain_transformers(
     expected = {t: ref.task_score(embed, ref.read_task(downstream, t))[0] for t in TASKS}
     assert {t: ev[t] for t in TASKS} == pytest.approx(expected, abs=SCORE_TOL)
     assert ev["avg"] == pytest.approx(np.mean(list(expected.values())), abs=AVG_TOL)
-    align, uniform = ref.alignment_uniformity(embed, ref.read_task(downstream, "STSBenchmark")["test"])
+    align, uniform = ref.alignment_uniformity(embed, ref.read_task(downstream, "STSBenchmark-dev")["test"])
     assert ev["alignment"] == pytest.approx(align, rel=1e-4)
     assert ev["uniformity"] == pytest.approx(uniform, rel=1e-4)
 
@@ -103,9 +103,10 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, t
     project = Path(shutil.copytree(tiny_repro, tmp_path / "repo", symlinks=True))
     env = project_env(project)
     out = run(["dvc", "repro"], project, env).stdout
-    assert "Running stage" not in out
+    # only the check stage, which runs on every repro (always_changed) and rewrites nothing here
+    assert set(re.findall(r"Running stage '([^']+)'", out)) == {"check"}, out
     status = run(["dvc", "status"], project, env).stdout
-    assert "up to date" in status.lower() or status.strip() == ""
+    assert status.strip() in ("check:\n\talways changed", "") or "up to date" in status.lower(), status
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["sweep"]["seeds"] = [1, 3]
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
