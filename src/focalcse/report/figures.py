@@ -149,7 +149,7 @@ def alignment_uniformity(points: Sequence[Mapping[str, Any]], path: str | os.Pat
                     textcoords="offset points")  # fmt: skip
         seen.add(key)
     ax.set(xlabel="uniformity (lower is better)", ylabel="alignment (lower is better)")
-    ax.set_title("Alignment vs uniformity on STS-B test (one point per seed)", fontsize=10)
+    ax.set_title("Alignment vs uniformity on STS-B dev (one point per seed)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

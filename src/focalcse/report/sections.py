@@ -386,7 +386,7 @@ def table3_tests_note(sig: dict[str, Any]) -> str:
 
 
 def table3(params: Params, data: ReportData, backbone: str) -> Table:
-    """Alignment, uniformity (STS-B test; lower is better) and STS-B Spearman per loss, mean ± std.
+    """Alignment, uniformity (STS-B dev; lower is better) and STS-B Spearman per loss, mean ± std.
     With frameworks besides SimCSE, the paper's Table 3: every framework's rows (``SimCSE``,
     ``SimCSE + Focal-InfoNCE``, ``DiffCSE``, ...), each loss tested against the same framework's
     baseline-loss runs (paired t-test over matched seeds: raw p, and the Holm p of each column's family:
@@ -398,8 +398,8 @@ def table3(params: Params, data: ReportData, backbone: str) -> Table:
         params, data.significance, backbone, [(k, d) for k, _, d in TABLE3_KEYS], holm=True
     )
     caption = (
-        "Alignment = E‖f(x)−f(y)‖² over STS-B test pairs with gold > 4; uniformity = log E e^{−2‖f(x)−f(y)‖²} "
-        "over all STS-B test sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
+        "Alignment = E‖f(x)−f(y)‖² over STS-B dev pairs with gold > 4 (SimCSE's analysis; method.md); uniformity = log E e^{−2‖f(x)−f(y)‖²} "
+        "over all STS-B dev sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
         "both. Δ and p: two-sided paired t-test over matched seeds against the baseline loss."
         + table3_tests_note(data.significance)
         + " The paper's Table 3 numbers were lost in the captured text, so no published row is shown."
@@ -427,8 +427,8 @@ def framework_table3(params: Params, data: ReportData, backbone: str) -> Table:
     caption = (
         f"The paper's Table 3 layout: each framework trained with {base}, named by the framework alone "
         "(“SimCSE”, “DiffCSE”), and with every other loss (“+ loss”). ALGN = alignment, "
-        "E‖f(x)−f(y)‖² over STS-B test pairs with gold > 4; UNIF = uniformity, log E e^{−2‖f(x)−f(y)‖²} "
-        "over all STS-B test sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
+        "E‖f(x)−f(y)‖² over STS-B dev pairs with gold > 4 (SimCSE's analysis; method.md); UNIF = uniformity, log E e^{−2‖f(x)−f(y)‖²} "
+        "over all STS-B dev sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
         "both. STS-B: test Spearman × 100. Mean ± std (ddof 1) over seeds; each Δ and raw p is a "
         "two-sided paired t-test over matched seeds against the SAME framework trained with "
         f"{base} on this backbone, one Holm family per framework, backbone and loss."
