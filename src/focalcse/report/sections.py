@@ -958,7 +958,7 @@ def alignment_uniformity(ctx: Context) -> None:
         ctx.add_figure(
             "alignment_uniformity",
             figures.alignment_uniformity(points, ctx.fig_dir / "alignment_uniformity.png"),
-            "Alignment against uniformity on STS-B test, one point per run (label = seed); lower-left is better."
+            "Alignment against uniformity on STS-B dev, one point per run (label = seed); lower-left is better."
             + (
                 " SimCSE runs only (the other frameworks' are in Table 3)."
                 if ctx.params.sweep.frameworks
