@@ -147,3 +147,12 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> s
             f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def changed_stages(status: str) -> set[str]:
+    """The stage names ``dvc status`` lists (unindented ``name:`` lines); ``check`` is always among them
+    (``always_changed``: it fingerprints the sources on every repro), so a clean project gives
+    ``{"check"}`` or nothing."""
+    return {
+        line.rstrip().rstrip(":") for line in status.splitlines() if line.strip() and not line[0].isspace()
+    } - {"Data and pipelines are up to date."}
