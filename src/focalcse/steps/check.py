@@ -23,6 +23,7 @@ import math
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,35 +59,35 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     mirror = params.data.mirror or None
     corpus = corpus_path(mirror)  # downloads once without a mirror; one line when that fails
     root = senteval_dir(mirror)
-    corpus_fp = corpus_fingerprint(corpus)
-    recorded = _read_json(layout.corpus_sources_file)
-    if recorded is not None and _same_source(recorded, corpus_fp):
-        corpus_fp["sentences"] = recorded["sentences"]  # a count of these very bytes, parsed before
-        parsed_corpus = False
-    else:
-        corpus_fp["sentences"] = len(read_sentences(corpus))
-        parsed_corpus = True
+    corpus_fp, corpus_recorded = _with_derived(
+        layout.corpus_sources_file,
+        corpus_fingerprint(corpus),
+        "sentences",
+        lambda: len(read_sentences(corpus)),
+    )
     # the sample step's own rule for "the corpus has only N sentences", on the (recorded) count
     check_sample_size(corpus_fp["sentences"], params.data.num_sentences)
-    sts_fp = sts_fingerprint(root)
-    recorded_sts = _read_json(layout.sts_sources_file)
-    parsed_sts = recorded_sts is None or not _same_source(recorded_sts, sts_fp)
-    if parsed_sts:
-        sts_fp["pairs"] = {key: len(read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)}
-    else:
-        sts_fp["pairs"] = recorded_sts["pairs"]
+    sts_fp, sts_recorded = _with_derived(
+        layout.sts_sources_file,
+        sts_fingerprint(root),
+        "pairs",
+        lambda: {key: len(read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)},
+    )
     removed = prune_stale(params, layout)
-    for path, fp, changed in (
-        (layout.corpus_sources_file, corpus_fp, parsed_corpus),
-        (layout.sts_sources_file, sts_fp, parsed_sts),
+    parsed = []
+    for name, path, fp, recorded in (
+        ("corpus", layout.corpus_sources_file, corpus_fp, corpus_recorded),
+        ("sts", layout.sts_sources_file, sts_fp, sts_recorded),
     ):
-        if changed or _read_json(path) != fp:
+        if fp != recorded:  # a changed (and just parsed) source, or a first or outdated record
             write_json(path, fp)
+        if recorded is None or not _same_source(recorded, fp):
+            parsed.append(name)
     write_json(layout.check_file, CHECKED)
     return {
         "corpus_sentences": corpus_fp["sentences"],
         "sts_pairs": sts_fp["pairs"],
-        "parsed": [name for name, p in (("corpus", parsed_corpus), ("sts", parsed_sts)) if p],
+        "parsed": parsed,
         "removed": [str(p) for p in removed],
     }
 
@@ -107,6 +108,18 @@ def sts_fingerprint(root: Path) -> dict[str, Any]:
     folder (the STS readers read some of them; a new or changed one changes the fingerprint)."""
     files = {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
     return {"note": SOURCE_NOTE, "files": files}
+
+
+def _with_derived(
+    path: Path, fingerprint: dict[str, Any], key: str, parse: Callable[[], Any]
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``(fingerprint + {key: derived}, the recorded fingerprint or None)``: the derived count comes
+    from the record when it names the same bytes, else from ``parse()`` (which raises the data
+    layer's one-line error for a malformed source, before anything is written)."""
+    recorded = _read_json(path)
+    if recorded is not None and key in recorded and _same_source(recorded, fingerprint):
+        return {**fingerprint, key: recorded[key]}, recorded
+    return {**fingerprint, key: parse()}, recorded
 
 
 def _same_source(recorded: dict[str, Any], now: dict[str, Any]) -> bool:
