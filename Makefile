@@ -9,7 +9,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 export DO_NOT_TRACK := 1
 
-.PHONY: setup test lint reproduce clean-venv
+.PHONY: setup test lint reproduce clean-venv dvc-deps
 
 setup: $(STAMP)
 
@@ -37,6 +37,11 @@ lint: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# dvc.yaml's code deps = each stage's import closure, observers (tracking, provenance) left out
+# (scripts/dvc_deps.py; tests/test_dvc_deps.py fails until this has been run after an import change)
+dvc-deps: $(STAMP)
+	$(PY) scripts/dvc_deps.py
 
 # ---- tracking and orchestration (MLflow UI, Prefect server / deployments) ----
 MLFLOW_PORT ?= 5000

@@ -1,10 +1,10 @@
 """dvc.yaml's ``deps:`` cover each stage's import closure inside the project, so editing any module a
 stage runs reruns that stage (and nothing else).
 
-The closure is derived statically: ``ast`` over ``stages/<script>.py`` (``stages/_common.py`` and any
-other sibling is importable as a top-level module), then every ``focalcse`` module reached, counting
-imports inside functions and ``importlib.import_module("focalcse...")`` literals; a package's
-``__init__.py`` runs on import and is counted unless it is only a docstring and ``__future__`` imports.
+``scripts/dvc_deps.py`` (``make dvc-deps``) writes those deps from the static import closure; here
+dvc.yaml is rendered per matrix item and checked against the closure both ways, and the file must be
+current. Observers (tracking, provenance) are left out: tests/test_tracking_outputs.py shows they
+change no output.
 
 The loss registry (``focalcse.core.losses``) finds loss modules by scanning its folder and imports
 them lazily: a stage that trains gets its own loss module (``OWN_LOSS``), never every registered loss,
@@ -14,10 +14,9 @@ would then rerun every existing item).
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import itertools
 import re
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,118 +28,14 @@ from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS
 from focalcse.core.losses import loss_names
 
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src"
-STAGES = ROOT / "stages"
-LOSSES_DIR = "src/focalcse/core/losses"
-# The loss module a stage trains with, as dvc.yaml names it (rendered per item).
-OWN_LOSS = {
-    "train": "${item.loss}",
-    "train_framework": "${item.loss}",
-    "ablate_tau": "${ablation.loss}",
-    "ablate_m": "${ablation.loss}",
-}
-FRAMEWORKS_DIR = "src/focalcse/core/frameworks"
-# A framework other than SimCSE is imported by computed name (focalcse.steps.train.framework_encoder,
-# focalcse.core.model.from_pretrained): its items list their own framework module.
-OWN_FRAMEWORK = {
-    "train_framework": "${item.framework}",
-    "evaluate_framework": "${item.framework}",
-    "pretrain_generator": "diffcse",  # DiffCSE's generator: its masking
-}
+_spec = importlib.util.spec_from_file_location("dvc_deps", ROOT / "scripts" / "dvc_deps.py")
+dvc_deps = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(dvc_deps)
+closure = dvc_deps.closure
+SRC, STAGES = dvc_deps.SRC, dvc_deps.STAGES
+LOSSES_DIR, FRAMEWORKS_DIR = dvc_deps.LOSSES_DIR, dvc_deps.FRAMEWORKS_DIR
+OWN_LOSS, OWN_FRAMEWORK = dvc_deps.OWN_LOSS, dvc_deps.OWN_FRAMEWORK
 LOSS_FREE = ("train", "ablate_tau", "ablate_m", "evaluate")  # no folder dep holding every loss
-
-
-# ---------------------------------------------------------------- static import closure
-def _module_file(module: str) -> Path | None:
-    """The file of a project module: ``focalcse.x.y`` under src/, a top-level name under stages/."""
-    parts = module.split(".")
-    if parts[0] == "focalcse":
-        base = SRC.joinpath(*parts)
-    elif len(parts) == 1 and (STAGES / f"{module}.py").is_file():
-        return STAGES / f"{module}.py"
-    else:
-        return None  # outside the project (stdlib, torch, ...)
-    if (base / "__init__.py").is_file():
-        return base / "__init__.py"
-    if base.with_suffix(".py").is_file():
-        return base.with_suffix(".py")
-    return None
-
-
-def _module_name(path: Path) -> tuple[str, bool]:
-    """(dotted name, is a package) of a project file."""
-    if path.parent == STAGES:
-        return path.stem, False
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        return ".".join(parts[:-1]), True
-    return ".".join(parts), False
-
-
-def _trivial_init(path: Path) -> bool:
-    """A package ``__init__.py`` that is only a docstring and ``from __future__`` imports."""
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
-            continue
-        return False
-    return True
-
-
-def _with_parents(module: str) -> Iterator[str]:
-    """``a.b.c`` -> ``a``, ``a.b``, ``a.b.c``: importing a module runs its packages first."""
-    parts = module.split(".")
-    for i in range(1, len(parts) + 1):
-        yield ".".join(parts[:i])
-
-
-@cache
-def _direct_imports(path: Path) -> frozenset[str]:
-    """Every project module ``path`` may import, anywhere in the file."""
-    name, is_package = _module_name(path)
-    package = name if is_package else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*anchor, *([node.module] if node.module else [])])
-            else:
-                base = node.module or ""
-            found.add(base)
-            # `from pkg import name`: name may be a submodule (imported too) or an attribute
-            found.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-        elif isinstance(node, ast.Call) and node.args:
-            func = node.func
-            callee = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            arg = node.args[0]
-            if callee == "import_module" and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                found.add(arg.value)
-    return frozenset(m for m in found if _module_file(m) is not None)
-
-
-def closure(*roots: Path) -> set[str]:
-    """Repo-relative files of everything ``roots`` import inside the project, ``roots`` included."""
-    seen: set[Path] = set()
-    todo = list(roots)
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        for module in _direct_imports(path):
-            for step in _with_parents(module):
-                target = _module_file(step)
-                if target is not None and target not in seen:
-                    todo.append(target)
-    return {
-        p.relative_to(ROOT).as_posix()
-        for p in seen
-        if not (p.name == "__init__.py" and p not in roots and _trivial_init(p))
-    }
 
 
 # ---------------------------------------------------------------- dvc.yaml, rendered per item
@@ -228,7 +123,8 @@ def expected_closure(stage: str, context: dict[str, Any]) -> set[str]:
     if stage in OWN_FRAMEWORK:
         roots.append(ROOT / FRAMEWORKS_DIR / f"{_render(OWN_FRAMEWORK[stage], context)}.py")
         assert roots[-1].is_file(), f"{stage}: no framework module {roots[-1]}"
-    return closure(*roots)
+    observers = dvc_deps.OBSERVERS - dvc_deps.OBSERVER_OUTPUTS.get(stage, frozenset())
+    return closure(*roots, observers=observers)
 
 
 # ---------------------------------------------------------------- the checks
@@ -322,3 +218,36 @@ def test_no_stage_lists_code_it_does_not_import() -> None:
         f"{stage} ({', '.join(names)}) lists:\n    " + "\n    ".join(u) for (stage, u), names in extra.items()
     ]
     assert not extra, "dvc.yaml deps list code the stage never imports:\n" + "\n".join(report)
+
+
+# ---------------------------------------------------------------- the writer
+def test_dvc_yaml_is_current() -> None:
+    """`make dvc-deps` has been run: rewriting dvc.yaml changes nothing."""
+    text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    assert dvc_deps.stale_stages(text) == [], "run `make dvc-deps`"
+    assert dvc_deps.render(text) == text
+
+
+def test_writer_restores_a_missing_and_drops_an_extra_dep() -> None:
+    text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    line = "      - src/focalcse/core/training.py\n"
+    assert line in text
+    broken = text.replace(line, "", 1).replace(
+        "      - src/focalcse/steps/sample.py\n",
+        "      - src/focalcse/steps/sample.py\n      - src/focalcse/ops/tracking.py\n",
+        1,
+    )
+    assert set(dvc_deps.stale_stages(broken)) == {"sample", "train"}
+    assert dvc_deps.render(broken) == text
+
+
+def test_observers_are_no_deps_except_where_they_are_the_output() -> None:
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    train = dvc_deps.code_deps("train", stages["train"]["cmd"])
+    assert "src/focalcse/ops/tracking.py" not in train and "src/focalcse/provenance.py" not in train
+    assert "src/focalcse/core/training.py" in train and f"{LOSSES_DIR}/${{item.loss}}.py" in train
+    # stages/train.py imports tracking, and nothing but tracking reaches mlflow-only helpers
+    assert "src/focalcse/ops/tracking.py" in closure(STAGES / "train.py", observers=())
+    report = dvc_deps.code_deps("report", stages["report"]["cmd"])
+    assert "src/focalcse/provenance.py" in report  # the report prints each result's provenance
+    assert "src/focalcse/ops/tracking.py" not in report
