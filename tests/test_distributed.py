@@ -205,6 +205,7 @@ def ddp_results(tmp_path_factory) -> list[dict]:
 @pytest.mark.parametrize(
     ("name", "loss_name", "size", "chunk", "dtype"), SCENARIOS, ids=[s[0] for s in SCENARIOS]
 )
+@pytest.mark.slow
 def test_ddp_matches_single_process(ddp_results, name, loss_name, size, chunk, dtype) -> None:
     ref = _single_process(loss_name, size, dtype)
     # float32: the gradients reach ~20 (1/tau = 20), where one ulp is ~2e-6, so the bound is relative.
@@ -240,6 +241,7 @@ def test_single_process_context_is_identity() -> None:
     assert torch.equal(global_contrastive_loss(focal, z1, z2), focal(z1, z2))
 
 
+@pytest.mark.slow
 def test_train_ddp_matches_single_process(ddp_results, tmp_path) -> None:
     """The training loop under 2 ranks logs the single process's losses and pre-clip gradient norms
     (clipping sees the all-reduced gradient: the global norm, the same on every rank) and saves one
@@ -258,6 +260,7 @@ def test_train_ddp_matches_single_process(ddp_results, tmp_path) -> None:
         assert res["train"]["saved"]
 
 
+@pytest.mark.slow
 def test_resumed_ddp_run_equals_an_uninterrupted_one(ddp_results) -> None:
     """Every rank's RNG is checkpointed: after a crash at step 3 and a resume from the step-2
     checkpoint, both ranks log the uninterrupted run's losses and rank 0 saves identical weights."""

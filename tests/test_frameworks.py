@@ -323,6 +323,7 @@ def resume_setup(tmp_path_factory, minilm_tokenizer):
 
 
 @pytest.mark.parametrize("framework", ["diffcse", "promptbert"])
+@pytest.mark.slow
 def test_framework_resume_after_kill_equals_uninterrupted(resume_setup, framework, tmp_path) -> None:
     import json
     import os

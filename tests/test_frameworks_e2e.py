@@ -14,6 +14,8 @@ import pytest
 import yaml
 from tiny_project import project_env, run
 
+pytestmark = pytest.mark.slow  # two full `dvc repro` runs of the tiny project
+
 FRAMEWORKS = ["promptbert", "diffcse"]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
 

@@ -11,8 +11,6 @@ import torch.nn.functional as F
 
 from focalcse.losses import FocalInfoNCE, InfoNCE, build_loss, focal_logits, loss_names
 
-BATCH_SIZES = [2, 3, 8, 33]
-DIMS = [4, 16, 64]
 TEMPERATURES = [0.01, 0.05, 0.1, 1.0]
 MARGINS = [0.0, 0.1, 0.3, 0.5]
 DATA_KINDS = ["random", "near_duplicate_views", "near_duplicate_rows"]
@@ -108,28 +106,32 @@ def _t(x: np.ndarray, dtype: torch.dtype = torch.float64) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", DATA_KINDS)
-@pytest.mark.parametrize("tau", TEMPERATURES)
-@pytest.mark.parametrize("d", DIMS)
-@pytest.mark.parametrize("n", BATCH_SIZES)
-def test_infonce_matches_reference_float64(n: int, d: int, tau: float, kind: str) -> None:
-    z1, z2 = make_views(n, d, kind)
-    got = InfoNCE(tau)(_t(z1), _t(z2)).item()
-    want = reference_infonce(z1, z2, tau)
-    assert got == pytest.approx(want, rel=1e-10, abs=1e-10)
+# What can break the maths is the data (ties, near-duplicates) and the temperature (overflow at 0.01,
+# a flat softmax at 1.0); the batch size and width are looped over inside each case (the smallest
+# batch, an odd one, a wide one), as they exercise the same code.
+SHAPES = [(2, 4), (3, 16), (33, 64)]
 
 
 @pytest.mark.parametrize("kind", DATA_KINDS)
 @pytest.mark.parametrize("tau", TEMPERATURES)
-@pytest.mark.parametrize("d", DIMS)
-@pytest.mark.parametrize("n", BATCH_SIZES)
-def test_focal_matches_reference_float64(n: int, d: int, tau: float, kind: str) -> None:
-    z1, z2 = make_views(n, d, kind)
-    cosine = reference_cosine(z1, z2)
-    for m in MARGINS:
-        got = FocalInfoNCE(tau, m)(_t(z1), _t(z2)).item()
-        want = reference_focal_from_cosine(cosine, tau, m)
-        assert got == pytest.approx(want, rel=1e-10, abs=1e-10), f"m={m}"
+def test_infonce_matches_reference_float64(tau: float, kind: str) -> None:
+    for n, d in SHAPES:
+        z1, z2 = make_views(n, d, kind)
+        got = InfoNCE(tau)(_t(z1), _t(z2)).item()
+        want = reference_infonce(z1, z2, tau)
+        assert got == pytest.approx(want, rel=1e-10, abs=1e-10), f"n={n} d={d}"
+
+
+@pytest.mark.parametrize("kind", DATA_KINDS)
+@pytest.mark.parametrize("tau", TEMPERATURES)
+def test_focal_matches_reference_float64(tau: float, kind: str) -> None:
+    for n, d in SHAPES:
+        z1, z2 = make_views(n, d, kind)
+        cosine = reference_cosine(z1, z2)
+        for m in MARGINS:
+            got = FocalInfoNCE(tau, m)(_t(z1), _t(z2)).item()
+            want = reference_focal_from_cosine(cosine, tau, m)
+            assert got == pytest.approx(want, rel=1e-10, abs=1e-10), f"n={n} d={d} m={m}"
 
 
 @pytest.mark.parametrize("kind", DATA_KINDS)

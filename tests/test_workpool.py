@@ -175,6 +175,7 @@ def test_label_for_parameter_sets() -> None:
 
 
 # ---------------------------------------------------------------- DVC's run-cache across checkouts
+@pytest.mark.slow
 def test_an_item_run_on_a_worker_is_restored_not_rerun_by_the_coordinator(project, tmp_path) -> None:
     coord = project.coord
     workpool.set_remote(coord, str(project.remote))
