@@ -897,26 +897,39 @@ class TrainRun:
             "sentences_per_second",
             "peak_memory_mb",
         )
+        clock = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+        def lap(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            self.timings[name] = self.timings.get(name, 0.0) + now - clock
+            clock = now
+
         self.log_metrics({k: float(metrics[k]) for k in keys if metrics.get(k) is not None}, 0)
         ok = self.flush()
         self.down = self.down or not ok
+        lap("metrics")
         model_dir = Path(model_dir).resolve()
         self._send({"t": "art", "path": str(model_dir), "dest": "model"})
         for f in files:
             if Path(f).is_file():
                 self._send({"t": "art", "path": str(Path(f).resolve()), "dest": "metrics"})
+        lap("artifacts")
         try:
             import sentence_transformers  # noqa: F401 - the MLflow flavour needs it
         except ImportError:
             print("warning: sentence-transformers is not installed: no MLflow model logged", file=sys.stderr)
         else:
-            if not sentence_transformers_folder(model_dir):  # e.g. PromptBERT: its folder refuses ST
+            if sentence_transformers_folder(model_dir):
+                register = os.environ.get("FOCALCSE_REGISTER_MODEL", "").strip() or None
+                self._send({"t": "model", "path": str(model_dir), "register": register})
+            else:  # e.g. PromptBERT: its folder refuses ST
                 print(f"{model_dir.name}: not a sentence-transformers model; logged as files only")
-                self._send({"t": "tag", "k": "model_sha256", "v": folder_fingerprint(model_dir)})
-                return
-            register = os.environ.get("FOCALCSE_REGISTER_MODEL", "").strip() or None
-            self._send({"t": "model", "path": str(model_dir), "register": register})
+        lap("logged_model")
         self._send({"t": "tag", "k": "model_sha256", "v": folder_fingerprint(model_dir)})
+        lap("tags")
+        print("MLflow finish: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()), flush=True)
 
     def end(self, status: str = "FINISHED", error: str | None = None) -> str | None:
         """Close the run with ``status``; returns the one-line notice when MLflow was unreachable
@@ -1032,6 +1045,7 @@ def train_run(
 
     # ConfigError before touching the store; the same dict `focalcse config` prints
     effective = params.effective_config(backbone, loss, seed, framework)
+    opened = time.perf_counter()
     client, exp_id, uri = client_and_experiment(params)
     stage = stage_name("train", backbone, loss, seed, framework)
     values = {
@@ -1090,6 +1104,10 @@ def train_run(
     tracker = TrainRun(client, run_id, uri=uri, skip=skip)
     try:
         tracker.log_inputs(input_datasets(layout or Layout.at(repo_root())))
+        print(
+            f"MLflow run ready in {time.perf_counter() - opened:.1f} s (params, tags, dataset inputs)",
+            flush=True,
+        )
         yield tracker
     except BaseException as err:
         status = "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
