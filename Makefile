@@ -22,13 +22,12 @@ $(STAMP): pyproject.toml constraints.txt
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
-# `make reproduce` runs the committed params.yaml; `make reproduce PARAMS=paper` first copies
-# params/paper.yaml over it (recorded in dvc.lock and MLflow like any run).
+# `make reproduce` runs the committed params.yaml; `make reproduce PARAMS=paper` first writes
+# params.yaml = params.yaml + the overlay params/paper.yaml (focalcse params use; it says so, and
+# `git checkout params.yaml` restores the default), recorded in dvc.lock and MLflow like any run.
 PARAMS ?=
 reproduce: $(STAMP)
-	@if [ -n "$(PARAMS)" ]; then \
-	  test -f params/$(PARAMS).yaml || { echo "no parameter set params/$(PARAMS).yaml" >&2; exit 2; }; \
-	  cp params/$(PARAMS).yaml params.yaml; echo "params.yaml <- params/$(PARAMS).yaml"; fi
+	@if [ -n "$(PARAMS)" ]; then $(VENV)/bin/focalcse params use $(PARAMS) || exit 2; fi
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
 lint: $(STAMP)

@@ -147,7 +147,7 @@ def reproduce(
     """Run the DVC graph stage by stage.
 
     Args:
-        param_set: ``params/<name>.yaml`` to use (copied over ``params.yaml``) or the current
+        param_set: ``params/<name>.yaml`` to use (composed over ``params.yaml``) or the current
             ``params.yaml``'s ``tracking.experiment``; None = ``params.yaml`` as it is.
         backbones, seeds: run only these matrix items (and no aggregate downstream of a left-out one).
         stages: stage names (``train`` = all its items) to run, with their upstream; None = all.

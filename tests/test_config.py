@@ -11,6 +11,7 @@ import yaml
 
 from focalcse.config import ConfigError, load_params
 from focalcse.core.losses import loss_names
+from focalcse.paramsets import load_any
 
 LOSSES = ", ".join(loss_names())  # as the registry lists them
 
@@ -55,7 +56,7 @@ PAPER_TAU = {
 
 @pytest.mark.parametrize("name", sorted(PAPER_TAU))
 def test_paper_sets_have_the_method_md_settings_for_every_item(name: str) -> None:
-    p = load_params(REPO / f"params/{name}.yaml")
+    p = load_any(REPO / f"params/{name}.yaml")
     assert p.data.num_sentences == 1_000_000 and p.train.eval_steps == 125
     assert len(p.sweep.seeds) >= 3
     assert set(p.sweep.backbones) == set(PAPER_BATCH_LR) and set(p.sweep.losses) == set(PAPER_TAU[name])
@@ -77,7 +78,7 @@ def test_paper_sets_have_the_method_md_settings_for_every_item(name: str) -> Non
 
 
 def test_the_two_paper_readings_differ_only_in_focal_tau() -> None:
-    a, b = load_params(REPO / "params/paper.yaml"), load_params(REPO / "params/paper-tau005.yaml")
+    a, b = load_any(REPO / "params/paper.yaml"), load_any(REPO / "params/paper-tau005.yaml")
     for backbone in a.sweep.backbones:
         for loss in a.sweep.losses:
             ca, cb = a.effective_config(backbone, loss), b.effective_config(backbone, loss)
@@ -171,7 +172,7 @@ def test_config_command_prints_the_logged_dict(tmp_path: Path) -> None:
 
     shown = json.loads(out)
     assert (shown["temperature"], shown["m"], shown["max_grad_norm"], shown["seed"]) == (0.07, 0.3, 1.0, 1)
-    p = load_params(REPO / "params/paper.yaml")
+    p = load_any(REPO / "params/paper.yaml")
     assert shown == p.train_config("bert-base-uncased", "focal_infonce", 1).to_dict()
     assert flatten(shown, "train.") == flatten(
         p.effective_config("bert-base-uncased", "focal_infonce"), "train."

@@ -15,6 +15,7 @@ from tiny_project import REPO, save_tiny_backbone
 
 from focalcse.config import ConfigError, TrainConfig, load_params
 from focalcse.layout import Layout, run_name, stage_name
+from focalcse.paramsets import load_any
 
 
 def _params(tmp_path: Path, **sections) -> Path:
@@ -42,7 +43,7 @@ def test_simcse_paths_and_names_carry_no_framework() -> None:
 
 def test_frameworks_set_keeps_the_default_simcse_items() -> None:
     """params/frameworks.yaml trains SimCSE with exactly the default's settings (DVC restores them)."""
-    default, fw = load_params(REPO / "params.yaml"), load_params(REPO / "params" / "frameworks.yaml")
+    default, fw = load_params(REPO / "params.yaml"), load_any(REPO / "params" / "frameworks.yaml")
     assert fw.sweep.frameworks == ("promptbert", "diffcse")
     assert (fw.sweep.backbones, fw.sweep.losses, fw.sweep.seeds) == (
         default.sweep.backbones,

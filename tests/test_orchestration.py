@@ -197,7 +197,10 @@ def test_select_param_set(tmp_path) -> None:
     with pytest.raises(ValueError, match="available"):
         select_param_set(tmp_path, "nope")
     assert select_param_set(tmp_path, "paper") == "paper"
-    assert (tmp_path / "params.yaml").read_text() == (repo / "params" / "paper.yaml").read_text()
+    from focalcse.config import load_params
+    from focalcse.paramsets import load_set
+
+    assert load_params(tmp_path / "params.yaml").raw == load_set(repo, "paper").raw  # the composed set
 
 
 def test_queue_status_is_parsed_per_experiment() -> None:

@@ -9,13 +9,14 @@ from pathlib import Path
 import yaml
 
 from focalcse.config import load_params
+from focalcse.paramsets import compose_set, load_any
 from focalcse.report.recipe import recipe
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _frameworks_params(tmp_path: Path, **frameworks: dict) -> Path:
-    raw = yaml.safe_load((REPO / "params/frameworks.yaml").read_text())
+    raw = compose_set(REPO, "frameworks")
     for name, values in frameworks.items():
         raw["frameworks"][name] = {**raw["frameworks"][name], **values}
     path = tmp_path / "params.yaml"
@@ -25,7 +26,7 @@ def _frameworks_params(tmp_path: Path, **frameworks: dict) -> Path:
 
 def test_paper_sets_train_promptbert_and_diffcse_with_the_official_values() -> None:
     for name, focal_tau in (("params/paper.yaml", 0.07), ("params/paper-tau005.yaml", 0.05)):
-        p = load_params(REPO / name)
+        p = load_any(REPO / name)
         b = "bert-base-uncased"
         # kongds/Prompt-BERT run.sh unsup-bert: BATCH=256, EPOCH=1, LR=1e-5, --max_seq_length 32, --temp 0.05
         pb = p.train_config(b, "infonce", 1, "promptbert")
@@ -46,7 +47,7 @@ def test_paper_sets_train_promptbert_and_diffcse_with_the_official_values() -> N
 
 
 def test_frameworks_run_departures_name_each_framework_item(tmp_path) -> None:
-    r = recipe(load_params(REPO / "params/frameworks.yaml"))
+    r = recipe(load_any(REPO / "params/frameworks.yaml"))
     text = " ".join(r.departures)
     pb = next(d for d in r.departures if d.startswith("PromptBERT items"))
     assert "max_steps 64" in pb and "64 / 3e-05 (official: 256 / 1e-05)" in pb
@@ -82,7 +83,7 @@ def test_the_default_has_no_framework_lines() -> None:
 def test_the_framework_notes_label_denoised_test_scoring_a_variant(tmp_path) -> None:
     from focalcse.report.sections import framework_notes
 
-    official = " ".join(framework_notes(load_params(REPO / "params/frameworks.yaml")))
+    official = " ".join(framework_notes(load_any(REPO / "params/frameworks.yaml")))
     assert "The test sets are scored without template denoising" in official and "Variant" not in official
     variant = " ".join(
         framework_notes(load_params(_frameworks_params(tmp_path, promptbert={"eval_denoise": True})))

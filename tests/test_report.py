@@ -27,6 +27,7 @@ from focalcse.data import tasks as task_registry
 from focalcse.eval.hard_negatives import hardest_negatives
 from focalcse.eval.stats import holm
 from focalcse.layout import Layout, result_files, run_name
+from focalcse.paramsets import load_any
 from focalcse.report import PUBLISHED, SECTIONS, build_report, figures, labels, load_report_data, sections
 from focalcse.report.data import AblationPoint, ReportData, merge_items
 from focalcse.report.figures import is_hard_negative, logit_vertex, rescaled_logit
@@ -63,14 +64,14 @@ def _params_with(tmp_path: Path, **sections: dict) -> Path:
 
 def test_real_params_files_have_the_ablation_and_report_sections() -> None:
     for name in ("params.yaml", "params/paper.yaml"):
-        p = load_params(REPO / name)
+        p = load_any(REPO / name)
         assert p.ablation.loss == "focal_infonce" and p.ablation.seed in p.sweep.seeds
         assert p.ablation_backbone == p.sweep.backbones[0]
         for kind in ("tau", "m"):  # the lists name only the trained values; the default is reused
             default = p.ablation_default(kind)
             assert default not in p.ablation_values(kind) and default in p.ablation_points(kind)
         assert p.report.hard_negatives >= 1 and 0 <= p.report.hard_negative_max_gold <= 5
-    paper = load_params(REPO / "params/paper.yaml")
+    paper = load_any(REPO / "params/paper.yaml")
     assert paper.ablation_points("tau") == (0.03, 0.05, 0.07, 0.1)  # the paper's Table 4
     assert paper.ablation_points("m") == (0.1, 0.2, 0.3, 0.4, 0.5)
 
@@ -87,7 +88,7 @@ def test_ablation_items_change_only_their_parameter() -> None:
     for cfg in (tau, m):  # as long as the main runs
         assert (cfg.max_steps, cfg.epochs) == (base.max_steps, base.epochs) and cfg.loss == "focal_infonce"
         assert cfg.seed == p.ablation.seed and cfg.lr == base.lr and cfg.batch_size == base.batch_size
-    paper = load_params(REPO / "params/paper.yaml")  # bert-base-uncased: tau 0.07 from its override
+    paper = load_any(REPO / "params/paper.yaml")  # bert-base-uncased: tau 0.07 from its override
     m = paper.ablation_train_config("m", 0.2)
     assert (m.temperature, m.hyper_value("m"), m.max_steps, m.batch_size) == (0.07, 0.2, 0, 64)
     with pytest.raises(ConfigError, match="ablation kind"):
@@ -1047,7 +1048,7 @@ def test_departures_are_computed_from_params(tmp_path) -> None:
     assert "Gradient clipping to global norm 0.0" in text2 and "batch 32, lr 3e-05" in text2
     assert "Evaluation encodes" not in text2
     assert any("every 125 steps" in x for x in r2.matches) and any("encoder in fp32" in x for x in r2.matches)
-    paper = recipe(load_params(REPO / "params/paper.yaml"))  # the paper grid: its backbones and recipe
+    paper = recipe(load_any(REPO / "params/paper.yaml"))  # the paper grid: its backbones and recipe
     assert not any("Backbone" in x or "batch" in x or "Corpus" in x for x in paper.departures)
 
 

@@ -21,6 +21,7 @@ from test_report import PageParser, _p, _pm, _table, md_tables
 
 from focalcse.config import FRAMEWORKS, load_params
 from focalcse.layout import Layout
+from focalcse.paramsets import load_any
 from focalcse.report import build_report, labels, sections
 from focalcse.report.data import load_report_data
 from focalcse.report.published import (
@@ -469,7 +470,7 @@ def test_a_bert_base_sweep_shows_the_framework_rows_beside_its_runs(tmp_path) ->
 def test_the_frameworks_parameter_set_has_no_ablation_tables(tmp_path) -> None:
     """params/frameworks.yaml trains no τ / m ablation ([] lists): the report says so instead of a
     one-row Table 4 / 5 of the reused main run, and draws no ablation figure."""
-    params = load_params(REPO / "params/frameworks.yaml")
+    params = load_any(REPO / "params/frameworks.yaml")
     assert params.sweep.frameworks and not params.ablation.temperatures and not params.ablation.ms
     write_metrics(tmp_path, params)
     md, tables = _build(params, tmp_path)

@@ -2,7 +2,8 @@
 send queued MLflow records (``focalcse tracking sync``).
 
 Hyper-parameters never arrive through flags: training reads ``params.yaml`` (see ``stages/``);
-``focalcse config`` shows what one train item of a parameter set will use.
+``focalcse config`` shows what one train item of a parameter set will use; ``focalcse params use
+<set>`` composes a set (``params/<set>.yaml``, an overlay) over ``params.yaml``.
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ def _config(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from focalcse.config import FRAMEWORKS, ConfigError, load_params
+    from focalcse.config import FRAMEWORKS, ConfigError
+    from focalcse.paramsets import load_any
 
     try:
-        params = load_params(args.params)
+        params = load_any(args.params)  # a file under params/ is an overlay on params.yaml
     except ConfigError as err:
         raise ValueError(str(err)) from err
     sw = params.sweep
@@ -100,6 +102,17 @@ def _tracking_sync(args: argparse.Namespace) -> int:
     return EX_TEMPFAIL if counts["left"] else 0
 
 
+def _params_use(args: argparse.Namespace) -> int:
+    from focalcse.config import ConfigError
+    from focalcse.paramsets import use
+
+    try:
+        print(use(args.root, args.name))
+    except ConfigError as err:
+        raise ValueError(str(err)) from err
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="focalcse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         help="print one train item's effective config as JSON (train <- backbone overrides <- loss overrides "
         "<- framework train keys; a framework's own settings under 'framework')",
     )
-    cf.add_argument("--params", default="params.yaml", help="parameter set (default: params.yaml)")
+    cf.add_argument(
+        "--params",
+        default="params.yaml",
+        help="params.yaml, or a set params/<name>.yaml (an overlay: composed over params.yaml)",
+    )
     cf.add_argument("--backbone", required=True, help="a sweep backbone of that set")
     cf.add_argument("--loss", required=True, help="a sweep loss of that set")
     cf.add_argument("--seed", type=int, default=None, help="a sweep seed (default: the first)")
@@ -139,6 +156,15 @@ def main(argv: list[str] | None = None) -> int:
         help="simcse (default) | promptbert | diffcse: adds frameworks.<F>'s train keys and its own settings",
     )
     cf.set_defaults(func=_config)
+    ps = sub.add_parser("params", help="parameter sets: params/<name>.yaml overlays on params.yaml")
+    pss = ps.add_subparsers(dest="params_command", required=True)
+    pu = pss.add_parser(
+        "use",
+        help="write params.yaml = the default params.yaml with params/<name>.yaml merged in (validated first)",
+    )
+    pu.add_argument("name", help="a set under params/ (without .yaml)")
+    pu.add_argument("--root", default=".", help="the checkout (default: the current folder)")
+    pu.set_defaults(func=_params_use)
     tr = sub.add_parser(
         "tracking", help="MLflow tracking: send what a stage queued while the server was down"
     )

@@ -429,25 +429,22 @@ def select_param_set(repo: str | os.PathLike, name: str | None) -> str:
     """Make ``params.yaml`` the parameter set ``name``; returns the set's name.
 
     ``None``/``""`` or the current ``params.yaml``'s ``tracking.experiment`` keeps ``params.yaml``;
-    otherwise ``params/<name>.yaml`` is copied over it (DVC tracks ``params.yaml``; ``git checkout
-    params.yaml`` restores the default).
+    otherwise the default params.yaml with the overlay ``params/<name>.yaml`` merged in is written
+    over it (:func:`focalcse.paramsets.use`: validated first, headed by a comment naming the set;
+    ``git checkout params.yaml`` restores the default).
     """
+    from focalcse.config import ConfigError
+    from focalcse.paramsets import use
+
     root = Path(repo)
     current = yaml.safe_load((root / "params.yaml").read_text()) or {}
     current_name = str((current.get("tracking") or {}).get("experiment", ""))
     if not name or name == current_name:
         return current_name
-    source = root / "params" / f"{name}.yaml"
-    if not source.is_file():
-        available = sorted(p.stem for p in (root / "params").glob("*.yaml"))
-        raise ValueError(
-            f"parameter set {name!r}: no params/{name}.yaml and params.yaml is {current_name!r}; "
-            f"available: {', '.join([current_name, *available])}"
-        )
-    from focalcse.config import load_params
-
-    load_params(source)  # validate before replacing anything
-    (root / "params.yaml").write_text(source.read_text())
+    try:
+        print(use(root, name))
+    except ConfigError as err:
+        raise ValueError(f"{err} (params.yaml is {current_name!r})") from err
     return name
 
 

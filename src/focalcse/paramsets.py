@@ -1,0 +1,134 @@
+"""Parameter sets as overlays: ``params/<set>.yaml`` holds only what differs from ``params.yaml``.
+
+A set is composed by a deep merge: a mapping merges key by key, any other value (a list, a scalar)
+replaces the base's. The base is the default ``params.yaml``: the file in the checkout, or, when the
+checkout's ``params.yaml`` is itself a composed set (it starts with :data:`HEADER`), the committed one
+(``git show HEAD:params.yaml``), so composing twice never stacks two sets.
+
+``make reproduce PARAMS=<set>`` (``focalcse params use <set>``) writes the composed set over
+``params.yaml``, where DVC reads it, and says so: the file starts with a header naming the set and
+the command that restores the default (``git checkout params.yaml``).
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from focalcse.atomic import atomic_write
+from focalcse.config import ConfigError, Params, load_params
+
+HEADER = "# composed parameter set"
+SETS_DIR = "params"
+
+
+def compose(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overlay`` merged in: mappings key by key, anything else replaced."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = compose(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def is_composed(text: str) -> bool:
+    return text.startswith(HEADER)
+
+
+def available(root: str | Path) -> list[str]:
+    return sorted(p.stem for p in (Path(root) / SETS_DIR).glob("*.yaml"))
+
+
+def base_text(root: str | Path) -> str:
+    """The default ``params.yaml`` of the checkout at ``root`` (see the module docstring)."""
+    path = Path(root) / "params.yaml"
+    text = path.read_text(encoding="utf-8")
+    if not is_composed(text):
+        return text
+    proc = subprocess.run(
+        ["git", "show", "HEAD:params.yaml"], cwd=root, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0 or is_composed(proc.stdout):
+        raise ConfigError(
+            f"{path} holds a composed parameter set and the committed default cannot be read "
+            f"(git show HEAD:params.yaml: {proc.stderr.strip() or 'composed too'}); restore the default params.yaml first"
+        )
+    return proc.stdout
+
+
+def _mapping(text: str, where: str) -> dict[str, Any]:
+    raw = yaml.safe_load(text) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def overlay_path(root: str | Path, name: str) -> Path:
+    path = Path(root) / SETS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(
+            f"parameter set {name!r}: no {SETS_DIR}/{name}.yaml; available: {', '.join(available(root))}"
+        )
+    return path
+
+
+def compose_set(root: str | Path, name: str) -> dict[str, Any]:
+    """The raw mapping of set ``name``: the default params.yaml with ``params/<name>.yaml`` merged in."""
+    path = overlay_path(root, name)
+    return compose(
+        _mapping(base_text(root), f"{root}/params.yaml"),
+        _mapping(path.read_text(encoding="utf-8"), str(path)),
+    )
+
+
+def validate(raw: dict[str, Any], where: str) -> Params:
+    """Validate a composed mapping exactly as ``params.yaml`` is (``focalcse.config.load_params``)."""
+    with tempfile.TemporaryDirectory(prefix="paramset-") as tmp:
+        path = Path(tmp) / "params.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+        try:
+            return load_params(path)
+        except ConfigError as err:
+            raise ConfigError(str(err).replace(str(path), where)) from err
+
+
+def load_set(root: str | Path, name: str) -> Params:
+    """Set ``name`` composed and validated."""
+    return validate(compose_set(root, name), f"{SETS_DIR}/{name}.yaml over params.yaml")
+
+
+def load_any(path: str | Path) -> Params:
+    """``load_params`` for a ``params.yaml``, or the composed set for a file under ``params/``."""
+    path = Path(path)
+    if path.parent.name == SETS_DIR and (path.parent.parent / "params.yaml").is_file():
+        return load_set(path.parent.parent, path.stem)
+    return load_params(path)
+
+
+def render(name: str, raw: dict[str, Any]) -> str:
+    header = (
+        f"{HEADER}: params.yaml with {SETS_DIR}/{name}.yaml merged in (`focalcse params use {name}`,\n"
+        f"# `make reproduce PARAMS={name}`). Edit {SETS_DIR}/{name}.yaml, not this file; `git checkout params.yaml`\n"
+        "# restores the default.\n"
+    )
+    return header + yaml.safe_dump(raw, sort_keys=False, width=110)
+
+
+def use(root: str | Path, name: str) -> str:
+    """Write set ``name`` over ``params.yaml`` (validated first; nothing is written when it fails).
+    Returns the line that says what changed and how to go back."""
+    raw = compose_set(root, name)
+    validate(raw, f"{SETS_DIR}/{name}.yaml over params.yaml")
+    target = Path(root) / "params.yaml"
+    atomic_write(target, render(name, raw))
+    return (
+        f"params.yaml <- params.yaml + {SETS_DIR}/{name}.yaml (experiment {raw.get('tracking', {}).get('experiment')!r}); "
+        "`git checkout params.yaml` restores the default"
+    )

@@ -1,0 +1,120 @@
+"""Parameter sets are overlays on params.yaml (focalcse.paramsets): the merge rule, what the sets
+hold, and ``focalcse params use`` (what it writes, that it says so, that it never stacks two sets and
+writes nothing for a bad set)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from focalcse.config import ConfigError, load_params
+from focalcse.paramsets import HEADER, available, compose, compose_set, load_set, use
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_mappings_merge_and_everything_else_replaces() -> None:
+    base = {"a": {"x": 1, "y": {"p": 1, "q": 2}}, "l": [1, 2], "s": "keep", "e": {}}
+    over = {"a": {"y": {"q": 3}, "z": 4}, "l": [], "e": {"k": {"v": 1}}, "new": 5}
+    got = compose(base, over)
+    assert got == {
+        "a": {"x": 1, "y": {"p": 1, "q": 3}, "z": 4},
+        "l": [],
+        "s": "keep",
+        "e": {"k": {"v": 1}},
+        "new": 5,
+    }
+    assert base["a"]["y"] == {"p": 1, "q": 2} and base["e"] == {}  # the inputs are not changed
+    over["e"]["k"]["v"] = 9
+    assert got["e"]["k"]["v"] == 1  # nor shared with the result
+
+
+@pytest.mark.parametrize("name", available(REPO))
+def test_every_set_holds_only_what_differs_and_validates(name: str) -> None:
+    """An overlay key equal to the default's value would hide a later change of the default."""
+    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    over = yaml.safe_load((REPO / "params" / f"{name}.yaml").read_text())
+
+    def same(b: object, o: object, where: str) -> list[str]:
+        if isinstance(o, dict) and isinstance(b, dict):
+            return [w for k, v in o.items() for w in (same(b.get(k), v, f"{where}.{k}") if k in b else [])]
+        return [where] if b == o else []
+
+    assert same(base, over, name) == []
+    params = load_set(REPO, name)
+    assert params.raw["tracking"]["experiment"] == name  # each set names its MLflow experiment
+
+
+def test_use_writes_the_composed_set_and_says_how_to_go_back(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "params").mkdir(parents=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    for name in ("hcl", "frameworks"):
+        shutil.copy(REPO / "params" / f"{name}.yaml", root / "params" / f"{name}.yaml")
+    line = use(root, "hcl")
+    assert "git checkout params.yaml" in line and "params/hcl.yaml" in line
+    text = (root / "params.yaml").read_text()
+    assert text.startswith(HEADER) and "params/hcl.yaml" in text.splitlines()[0]
+    written = load_params(root / "params.yaml")
+    assert written.sweep.losses == ("infonce", "focal_infonce", "hcl")
+    assert written.raw == load_set(REPO, "hcl").raw
+    # composing again starts from the default, never from the composed file: outside git it refuses
+    with pytest.raises(ConfigError, match="composed parameter set"):
+        use(root, "frameworks")
+    assert (root / "params.yaml").read_text() == text
+
+
+def test_use_stacks_nothing_in_a_git_checkout(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "params").mkdir(parents=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    for name in ("hcl", "frameworks"):
+        shutil.copy(REPO / "params" / f"{name}.yaml", root / "params" / f"{name}.yaml")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *cmd], cwd=root, check=True)
+    use(root, "hcl")
+    use(root, "frameworks")  # base = HEAD's params.yaml, so no hcl loss carried over
+    p = load_params(root / "params.yaml")
+    assert p.sweep.losses == ("infonce", "focal_infonce") and p.sweep.frameworks == ("promptbert", "diffcse")
+    assert p.raw == compose_set(REPO, "frameworks")
+
+
+def test_a_bad_set_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "params").mkdir(parents=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    (root / "params" / "bad.yaml").write_text("train: {batch_size: -1}\n")
+    before = (root / "params.yaml").read_text()
+    with pytest.raises(ConfigError, match="batch_size"):
+        use(root, "bad")
+    with pytest.raises(ConfigError, match="no params/nope.yaml; available: bad"):
+        use(root, "nope")
+    assert (root / "params.yaml").read_text() == before
+
+
+def test_cli_use_and_config_read_overlays(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "params").mkdir(parents=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    shutil.copy(REPO / "params" / "paper.yaml", root / "params" / "paper.yaml")
+    cli = [sys.executable, "-m", "focalcse.cli"]
+    shown = subprocess.run(
+        [*cli, "config", "--params", str(root / "params/paper.yaml"), "--backbone", "bert-base-uncased"]
+        + ["--loss", "focal_infonce"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert '"temperature": 0.07' in shown.stdout and '"batch_size": 64' in shown.stdout
+    done = subprocess.run(
+        [*cli, "params", "use", "paper", "--root", str(root)], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "git checkout params.yaml" in done.stdout
+    bad = subprocess.run([*cli, "params", "use", "nope", "--root", str(root)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no params/nope.yaml" in bad.stderr
