@@ -21,7 +21,7 @@ from test_report_frameworks import _params, write_metrics
 
 from focalcse.eval.significance import significance
 from focalcse.layout import Layout
-from focalcse.report import build_report, sections
+from focalcse.report import build_report, prose, sections
 from focalcse.report.data import ReportData
 from focalcse.report.render import Doc
 
@@ -199,7 +199,7 @@ def test_the_framework_sentences_decide_on_holm(tmp_path) -> None:
         "frameworks": {f: {"backbones": {b: entry}} for f in ("promptbert", "diffcse")},
     }
     data = ReportData(significance=doc)
-    for text in (sections.promptbert_sentence(params, data, b), sections.diffcse_sentence(params, data, b)):
+    for text in (prose.promptbert_sentence(params, data, b), prose.diffcse_sentence(params, data, b)):
         assert not SIGNIFICANT.search(text)
         assert (
             "+0.84 (raw p = 0.012, Holm p = 0.064 over the 8-column STS family, n = 3; not significant at α = 0.05 after Holm)"
@@ -219,20 +219,20 @@ def test_the_last_step_note_lists_runs_whose_best_was_their_last_step(tmp_path) 
     params = _params(tmp_path, backbones=["b"], frameworks=())
     sig = {"baseline": "infonce", "alpha": ALPHA, "backbones": {}}
     runs = [(loss, seed) for loss in params.sweep.losses for seed in params.sweep.seeds]
-    note = sections.last_step_note(params, ReportData(sig, trains=_trains({r: 8 for r in runs})), "b")
+    note = prose.last_step_note(params, ReportData(sig, trains=_trains({r: 8 for r in runs})), "b")
     assert note == (
         "Every run's best STS-B dev checkpoint was its last step (step 8): the models were still "
         "improving when training stopped, so the comparison is of models that had not converged."
     )
-    note = sections.last_step_note(params, ReportData(sig, trains=_trains({r: 4 for r in runs})), "b")
+    note = prose.last_step_note(params, ReportData(sig, trains=_trains({r: 4 for r in runs})), "b")
     assert note == "No run's best STS-B dev checkpoint was its last step."
     mixed = {r: 8 if r == ("focal_infonce", 2) else 6 for r in runs}
-    note = sections.last_step_note(params, ReportData(sig, trains=_trains(mixed)), "b")
+    note = prose.last_step_note(params, ReportData(sig, trains=_trains(mixed)), "b")
     assert note.startswith(
         "Best STS-B dev checkpoint at the last step (still improving when training stopped): "
         "Focal-InfoNCE seed 2; before the last step: "
     )
-    assert sections.last_step_note(params, ReportData(sig), "b") is None  # no training metrics
+    assert prose.last_step_note(params, ReportData(sig), "b") is None  # no training metrics
 
 
 def test_the_report_says_under_table2_whether_each_best_was_the_last_step(synthetic) -> None:  # noqa: F811

@@ -28,7 +28,16 @@ from focalcse.eval.hard_negatives import hardest_negatives
 from focalcse.eval.stats import holm
 from focalcse.layout import Layout, result_files, run_name
 from focalcse.paramsets import load_any
-from focalcse.report import PUBLISHED, SECTIONS, build_report, figures, labels, load_report_data, sections
+from focalcse.report import (
+    PUBLISHED,
+    SECTIONS,
+    build_report,
+    figures,
+    labels,
+    load_report_data,
+    sections,
+    tables,
+)
 from focalcse.report.data import AblationPoint, ReportData, merge_items
 from focalcse.report.figures import is_hard_negative, logit_vertex, rescaled_logit
 from focalcse.report.published import PublishedError, parse_published, published_rows
@@ -742,7 +751,7 @@ def test_a_loss_registered_only_by_its_spec_shows_its_label_and_colour(tmp_path,
     sig = _significance(
         "mini", {"infonce": {"STS12": 70.0, "avg": 71.0}, toy_loss: {"STS12": 72.5, "avg": 71.25}}
     )
-    t2 = sections.table2(params, ReportData(significance=sig), "mini")
+    t2 = tables.table2(params, ReportData(significance=sig), "mini")
     rows = {r[0]: r for r in t2.rows}
     assert rows["Toy-NCE, ours"][2:] == ["72.50 ± 0.50", "71.25 ± 0.50"]
     assert rows["Δ mean (Toy-NCE − InfoNCE (SimCSE))"][2:] == ["+2.50", "+0.25"]
@@ -751,7 +760,7 @@ def test_a_loss_registered_only_by_its_spec_shows_its_label_and_colour(tmp_path,
     hn = {"max_gold": 1.0, "k": 0, "seed": 1, "backbones": {"mini": {
         "source": "m", "start_pooler": "cls", "candidates": 3, "pairs": [],
         "mean_cos": {"start": 0.3, "infonce": 0.2, toy_loss: 0.1}}}}  # fmt: skip
-    assert sections.hard_negatives_table(params, hn, "mini").header[-2:] == [
+    assert tables.hard_negatives_table(params, hn, "mini").header[-2:] == [
         "cos InfoNCE (SimCSE)",
         "cos Toy-NCE",
     ]
@@ -767,7 +776,7 @@ def test_every_tested_loss_has_its_own_delta_and_p_rows(tmp_path) -> None:
             "focal_infonce": {"STSBenchmark": 69.0, "avg": 72.0},
         },
     )
-    t3 = sections.table3(params, ReportData(significance=sig), b)
+    t3 = tables.table3(params, ReportData(significance=sig), b)
     assert [r[0] for r in t3.rows] == [
         "Focal-InfoNCE, ours",  # sweep order
         "InfoNCE (SimCSE), ours",
@@ -926,7 +935,7 @@ def test_table2_shows_every_published_number_as_the_data_file_has_it(tmp_path) -
         means = {k: 70.0 for k in [*TASKS, "avg"]}
         sig = _significance(b, {"infonce": means, "focal_infonce": means})
         doc = Doc("t")
-        doc.table(sections.table2(params, ReportData(significance=sig), b))
+        doc.table(tables.table2(params, ReportData(significance=sig), b))
         md = to_markdown(doc, tmp_path)
         t2 = _table(md_tables(md), f"Table 2 — {b} ")
         keys = [column_keys()[c] for c in t2[0][2:]]
@@ -1063,7 +1072,7 @@ def test_a_new_task_needs_no_change_to_the_report(tmp_path, monkeypatch) -> None
     b = "bert-base-uncased"
     means = {"STS12": 70.0, "STS17": 60.0, "STS13": 65.0, "avg": 65.0}  # STS13: not evaluated, not shown
     sig = _significance(b, {"infonce": means, "focal_infonce": means})
-    t2 = sections.table2(params, ReportData(significance=sig), b)
+    t2 = tables.table2(params, ReportData(significance=sig), b)
     assert t2.header == ["Model", "seeds", "STS12", "STS-17", "Avg."]
     published = [r for r in t2.rows if r[0].startswith("Published:")]
     assert [r[2:] for r in published] == [
@@ -1172,7 +1181,7 @@ def test_a_sweep_without_the_papers_backbones_shows_their_published_rows_for_ref
     means = {k: 70.0 for k in [*TASKS, "avg"]}
     data = ReportData(significance=_significance(b, {"infonce": means, "focal_infonce": means}))
     doc = Doc("t")
-    doc.table(sections.table2(params, data, b))
+    doc.table(tables.table2(params, data, b))
     doc.table(sections.published_reference(params, data))
     md = to_markdown(doc, tmp_path)
     ours = _table(md_tables(md), f"Table 2 — {b} ")

@@ -22,7 +22,7 @@ from test_report import PageParser, _p, _pm, _table, md_tables
 from focalcse.config import FRAMEWORKS, load_params
 from focalcse.layout import Layout
 from focalcse.paramsets import load_any
-from focalcse.report import build_report, labels, sections
+from focalcse.report import build_report, labels, sections, tables
 from focalcse.report.data import load_report_data
 from focalcse.report.published import (
     PUBLISHED,
@@ -457,13 +457,13 @@ def test_a_bert_base_sweep_shows_the_framework_rows_beside_its_runs(tmp_path) ->
     write_metrics(tmp_path, params)
     data = load_report_data(params, Layout.at(tmp_path))
     for f in ("promptbert", "diffcse"):
-        t2 = sections.table2(params, data, "bert-base-uncased", f)
+        t2 = tables.table2(params, data, "bert-base-uncased", f)
         published = [r for r in t2.rows if r[0].startswith("Published:")]
         assert len(published) == 1 and SOURCES[f][1] in published[0][0]
         assert [float(x) for x in published[0][2:]] == SOURCES[f][0]
-    assert sections.framework_published_reference(params, data) is None  # all shown beside the runs
+    assert tables.framework_published_reference(params, data) is None  # all shown beside the runs
     doc = Doc("t")
-    doc.table(sections.table3(params, data, "bert-base-uncased"))
+    doc.table(tables.table3(params, data, "bert-base-uncased"))
     assert "no published row is shown" in doc.blocks[0][1].caption
 
 
@@ -489,7 +489,7 @@ def test_direction_words_follow_which_way_is_better_and_decide_on_holm() -> None
     """Alignment and uniformity improve downwards: a negative Δ significant after Holm is an
     improvement there, a loss for a Spearman score. The verdict is the Holm p's, never the raw p's,
     and a test in no Holm family gets none."""
-    from focalcse.report.sections import _direction
+    from focalcse.report.prose import _direction
 
     fam = "the 2-test alignment/uniformity family"
     down = {"mean_diff": -0.0069, "p_value": 0.005, "n": 3, "p_holm": 0.0102}

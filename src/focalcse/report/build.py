@@ -19,7 +19,8 @@ from focalcse.layout import Layout
 from focalcse.report import sections as report_sections
 from focalcse.report.data import ReportData, load_report_data
 from focalcse.report.render import Doc, to_html, to_markdown
-from focalcse.report.sections import TITLE, Context, Section
+from focalcse.report.sections import Context, Section
+from focalcse.report.tables import TITLE
 
 
 def build_report(

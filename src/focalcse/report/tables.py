@@ -1,0 +1,500 @@
+"""The report's table builders: pure functions, params and data in, a :class:`~focalcse.report.render.Table` out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
+from focalcse.eval.stats import Span, span
+from focalcse.layout import ABLATION_KINDS
+from focalcse.report.data import AblationPoint, ReportData, ablation_default
+from focalcse.report.labels import column_label, framework_label, loss_label, metric_columns, run_label
+from focalcse.report.published import (
+    PUBLISHED_FRAMEWORKS,
+    PublishedRow,
+    published_rows,
+)
+from focalcse.report.render import (
+    MISSING,
+    Table,
+    fmt,
+    fmt_diff,
+    fmt_p,
+    fmt_summary,
+)
+
+TITLE = "Focal-InfoNCE reproduction report"
+ABLATION_SYMBOLS = {"tau": "τ", "m": "m"}
+ABLATION_TABLES = {"tau": 4, "m": 5}  # the paper's table number of each ablation kind
+
+Digits = int | str  # decimals, or a format spec such as ".3g"
+
+# (key, column, format): alignment / uniformity to 3 significant digits, Spearman to 2 decimals
+TABLE3_KEYS: tuple[tuple[str, str, Digits], ...] = (
+    ("alignment", "Alignment ↓", ".3g"),
+    ("uniformity", "Uniformity ↓", ".3g"),
+    ("STSBenchmark", column_label("STSBenchmark"), 2),
+)
+# Table 3 over several frameworks: the paper's column names
+TABLE3_FRAMEWORK_LABELS = {"alignment": "ALGN ↓", "uniformity": "UNIF ↓"}
+
+
+def loss_rows(
+    params: Params,
+    sig: dict[str, Any],
+    backbone: str,
+    columns: Sequence[tuple[str, Digits]],
+    holm: bool = False,
+    label: Callable[[str], str] = loss_label,
+) -> tuple[list[list[str]], list[str]]:
+    """Rows and row classes shared by Tables 2 and 3: per sweep loss, ours (mean ± std over seeds);
+    per loss tested against the baseline, its Δ mean and paired t-test p (raw) and, with ``holm``, the
+    Holm-adjusted p under it; one cell per column. ``label`` names a loss's row (default its label;
+    a framework's table passes :func:`~focalcse.report.labels.run_label` of that framework)."""
+    entry = sig["backbones"][backbone]
+    rows, classes = [], []
+    for loss in [x for x in params.sweep.losses if x in entry["losses"]]:
+        summ = entry["losses"][loss]
+        rows.append(
+            [f"{label(loss)}, ours", str(len(entry["seeds"][loss]))]
+            + [fmt_summary(summ.get(k), d) for k, d in columns]
+        )
+        classes.append("ours")
+    baseline = label(sig["baseline"])
+    for loss, tests in entry.get("ttest", {}).items():
+        n = str(len(entry["paired_seeds"][loss]))
+        pair = f"{label(loss)} − {baseline}"
+        raw, adjusted = p_labels(pair, sig["alpha"])
+        rows.append([f"Δ mean ({pair})", n] + [fmt_diff(tests.get(k), d) for k, d in columns])
+        rows.append([raw, n] + [fmt_p(tests.get(k)) for k, _ in columns])
+        classes += ["test", "test"]
+        if holm:
+            rows.append(
+                [adjusted, n] + [fmt_p(tests.get(k), "p_holm", "significant_holm") for k, _ in columns]
+            )
+            classes.append("test")
+    return rows, classes
+
+
+def published_label(row: PublishedRow) -> str:
+    """A published row's first cell: ``Published: label [source]``, or for a row with derived
+    numbers ``Derived: label; avg = a − b (why) [source]``."""
+    if not row.derived:
+        note = f" ({row.avg_note})" if row.avg_note else ""
+        return f"Published: {row.label}{note} [{row.source}]"
+    how = "; ".join(f"{column_label(k)} = {text}" for k, text in row.derived.items())
+    return f"Derived: {row.label}; {how} [{row.source}]"
+
+
+def framework_runs_label(params: Params, framework: str) -> Callable[[str], str]:
+    """How a framework's table names a loss's row: SimCSE's tables by the loss label alone (as before
+    frameworks existed); another framework's as the paper's Table 3, e.g. ``DiffCSE + Focal-InfoNCE``."""
+    if framework == BASE_FRAMEWORK:
+        return loss_label
+    return lambda loss: run_label(framework, loss, params.significance.baseline)
+
+
+def table2(params: Params, data: ReportData, backbone: str, framework: str = BASE_FRAMEWORK) -> Table:
+    """Per backbone: ours (mean ± std over seeds) per loss; Δ, the paired t-test p and its
+    Holm-adjusted p per column for each loss against the baseline; the published (and derived) rows
+    where the backbone has them. For a framework other than SimCSE: its runs, each loss tested against
+    the same framework's baseline-loss runs (one Holm family per framework, backbone and loss)."""
+    if framework != BASE_FRAMEWORK:
+        return framework_table2(params, data, backbone, framework)
+    sig = data.significance
+    cols = metric_columns(params, sig)
+    header = ["Model", "seeds", *[column_label(c) for c in cols]]
+    rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols], holm=True)
+    published = published_rows(backbone, params.backbone_source(backbone))
+    for r in published:
+        rows.append([published_label(r), MISSING] + [fmt(r.scores.get(c)) for c in cols])
+        classes.append("published")
+    seeds = ", ".join(str(s) for s in params.sweep.seeds)
+    family = sig.get("holm_family") or [c for c in cols]
+    caption = (
+        f'Spearman × 100, SimCSE\'s "all" setting, mean ± std (ddof 1) over seeds {seeds}; '
+        f"two-sided paired t-test over matched seeds. * on a raw-p row: p < {sig['alpha']} for that "
+        f"column alone; * on a p (Holm) row: Holm–Bonferroni-adjusted p < {sig['alpha']}, the family "
+        f"being the {len(family)} tests ({', '.join(column_label(k) for k in family)}) of one loss "
+        "against the baseline on this backbone (family-wise error ≤ α)."
+    )
+    if published:
+        caption += (
+            " Italic rows: published numbers (not produced here), each with its source; “Derived” rows "
+            "are computed from published numbers by the arithmetic shown, not published themselves."
+            + published_gain_note(published)
+        )
+    else:
+        caption += (
+            " No published numbers exist for this backbone: compare the losses with each other, "
+            "not with the paper's absolute numbers."
+        )
+    return Table(
+        f"Table 2 — {backbone} (source `{params.backbone_source(backbone)}`)", header, rows, caption, classes
+    )
+
+
+def framework_table2(params: Params, data: ReportData, backbone: str, framework: str) -> Table:
+    """Table 2 of one framework other than SimCSE (see :func:`table2`)."""
+    sig = data.significance_of(framework)
+    if sig is None or backbone not in sig["backbones"]:
+        raise ValueError(f"significance.json has no {framework} entry for {backbone}")
+    name = framework_label(framework)
+    cols = metric_columns(params, sig)
+    header = ["Model", "seeds", *[column_label(c) for c in cols]]
+    label = framework_runs_label(params, framework)
+    rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols], holm=True, label=label)
+    published = published_rows(backbone, params.backbone_source(backbone), framework=framework)
+    for r in published:
+        rows.append([published_label(r), MISSING] + [fmt(r.scores.get(c)) for c in cols])
+        classes.append("published")
+    seeds = ", ".join(str(s) for s in params.sweep.seeds)
+    family = sig.get("holm_family") or list(cols)
+    caption = (
+        f'{name}: Spearman × 100, SimCSE\'s "all" setting, mean ± std (ddof 1) over seeds {seeds}; '
+        f"two-sided paired t-test over matched seeds of each loss against {name} trained with the "
+        f"baseline loss (`{sig['baseline']}`) on this backbone. * on a raw-p row: p < {sig['alpha']} for that "
+        f"column alone; * on a p (Holm) row: Holm–Bonferroni-adjusted p < {sig['alpha']}, the family "
+        f"being the {len(family)} tests ({', '.join(column_label(k) for k in family)}) of one loss "
+        f"against the baseline within {name} on this backbone: one family per framework, backbone and "
+        "loss, so no framework changes another's p-values."
+    )
+    if published:
+        caption += f" Italic rows: {name}'s published numbers (not produced here), each with its source."
+    else:
+        caption += (
+            f" No published {name} numbers exist for this backbone: compare the losses with each other, "
+            "not with the published numbers."
+        )
+    return Table(
+        f"Table 2 — {name} — {backbone} (source `{params.backbone_source(backbone)}`)",
+        header,
+        rows,
+        caption,
+        classes,
+    )
+
+
+def framework_has_runs(data: ReportData, framework: str, backbone: str) -> bool:
+    """Whether ``significance.json`` summarises any run of ``framework`` on ``backbone``."""
+    sig = data.significance_of(framework)
+    return sig is not None and bool(sig["backbones"].get(backbone, {}).get("losses"))
+
+
+def framework_published_reference(params: Params, data: ReportData) -> Table | None:
+    """The published rows of the sweep's frameworks besides SimCSE (their own papers' / repositories'
+    BERT-base rows, no Focal-InfoNCE) that no framework Table 2 shows beside our runs; None if none."""
+    shown = {
+        (r.framework, r.backbone)
+        for f in params.sweep.frameworks
+        for b in params.sweep.backbones_of(f)
+        for r in published_rows(b, params.backbone_source(b), framework=f)
+    }
+    rows_ = [  # in sweep order
+        r
+        for f in params.sweep.frameworks
+        for r in PUBLISHED_FRAMEWORKS
+        if r.framework == f and (r.framework, r.backbone) not in shown
+    ]
+    if not rows_:
+        return None
+    cols = metric_columns(params, data.significance)
+    rows = [
+        [published_label(r), framework_label(r.framework), r.backbone] + [fmt(r.scores.get(c)) for c in cols]
+        for r in rows_
+    ]
+    names = _and(list(dict.fromkeys(framework_label(r.framework) for r in rows_)))
+    caption = (
+        f"{names} as their own authors published them (unsupervised, each framework's own InfoNCE-based "
+        "objective, no Focal-InfoNCE), for reference only: not produced here, each with its source. The "
+        "Focal-InfoNCE paper's own DiffCSE and DiffCSE + Focal-InfoNCE numbers (its Table 3) were lost in "
+        "the captured text, so none is shown; §5.3 reports no gain of Focal-InfoNCE with PromptBERT "
+        "without a table. Compare none of these rows with the runs above, which start from another "
+        "backbone and train on a small sample."
+    )
+    return Table(
+        f"Published {names} rows (reference)",
+        ["Row", "framework", "backbone", *[column_label(c) for c in cols]],
+        rows,
+        caption,
+        ["published"] * len(rows),
+    )
+
+
+def table3(params: Params, data: ReportData, backbone: str) -> Table:
+    """Alignment, uniformity (STS-B dev; lower is better) and STS-B Spearman per loss, mean ± std.
+    With frameworks besides SimCSE, the paper's Table 3: every framework's rows (``SimCSE``,
+    ``SimCSE + Focal-InfoNCE``, ``DiffCSE``, ...), each loss tested against the same framework's
+    baseline-loss runs (paired t-test over matched seeds: raw p, and the Holm p of each column's family:
+    alignment and uniformity their own, STS-B Table 2's)."""
+    if params.sweep.frameworks:
+        return framework_table3(params, data, backbone)
+    header = ["Model", "seeds", *[label for _, label, _ in TABLE3_KEYS]]
+    rows, classes = loss_rows(
+        params, data.significance, backbone, [(k, d) for k, _, d in TABLE3_KEYS], holm=True
+    )
+    caption = (
+        "Alignment = E‖f(x)−f(y)‖² over STS-B dev pairs with gold > 4 (SimCSE's analysis; method.md); uniformity = log E e^{−2‖f(x)−f(y)‖²} "
+        "over all STS-B dev sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
+        "both. Δ and p: two-sided paired t-test over matched seeds against the baseline loss."
+        + table3_tests_note(data.significance)
+        + " The paper's Table 3 numbers were lost in the captured text, so no published row is shown."
+    )
+    return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
+
+
+def framework_table3(params: Params, data: ReportData, backbone: str) -> Table:
+    """Table 3 over every framework of the sweep (see :func:`table3`)."""
+    header = ["Model", "seeds", *[TABLE3_FRAMEWORK_LABELS.get(k, label) for k, label, _ in TABLE3_KEYS]]
+    cols = [(k, d) for k, _, d in TABLE3_KEYS]
+    rows, classes, absent = [], [], []
+    for f in params.sweep.all_frameworks:
+        if not framework_has_runs(data, f, backbone):
+            absent.append(framework_label(f))
+            continue
+        sig = data.significance_of(f)
+        # every framework's rows named as the paper's Table 3, SimCSE's too ("SimCSE + Focal-InfoNCE")
+        r, c = loss_rows(
+            params, sig, backbone, cols, holm=True, label=partial(run_label, f, baseline=sig["baseline"])
+        )
+        rows += r
+        classes += c
+    base = f"the baseline loss (`{params.significance.baseline}`)"
+    caption = (
+        f"The paper's Table 3 layout: each framework trained with {base}, named by the framework alone "
+        "(“SimCSE”, “DiffCSE”), and with every other loss (“+ loss”). ALGN = alignment, "
+        "E‖f(x)−f(y)‖² over STS-B dev pairs with gold > 4 (SimCSE's analysis; method.md); UNIF = uniformity, log E e^{−2‖f(x)−f(y)‖²} "
+        "over all STS-B dev sentences; L2-normalised vectors (Wang & Isola, 2020); lower is better for "
+        "both. STS-B: test Spearman × 100. Mean ± std (ddof 1) over seeds; each Δ and raw p is a "
+        "two-sided paired t-test over matched seeds against the SAME framework trained with "
+        f"{base} on this backbone, one Holm family per framework, backbone and loss."
+        + table3_tests_note(data.significance)
+        + " The paper's Table 3 numbers were lost in the captured text, so no published row is shown."
+    )
+    if absent:
+        caption += f" Not evaluated yet on this backbone (no item in significance.json): {_and(absent)}."
+    return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
+
+
+def promptbert_table(params: Params, data: ReportData, backbone: str) -> Table | None:
+    """§5.3: PromptBERT trained with the baseline loss against PromptBERT with every other loss, the
+    7-task average and STS-B, Δ, raw p and Holm p (of PromptBERT's Table 2 family); None without
+    PromptBERT runs on ``backbone``."""
+    if not framework_has_runs(data, "promptbert", backbone):
+        return None
+    sig = data.significance_of("promptbert")
+    keys = [k for k in ("avg", "STSBenchmark") if k in metric_columns(params, sig)]
+    rows, classes = loss_rows(
+        params,
+        sig,
+        backbone,
+        [(k, 2) for k in keys],
+        holm=True,
+        label=framework_runs_label(params, "promptbert"),
+    )
+    n_tasks = len([c for c in metric_columns(params, sig) if c != "avg"])
+    family = holm_family_text(sig, "avg") or "no Holm family"
+    caption = (
+        f"Avg. = the {n_tasks}-task average, STS-B = STS-B test, Spearman × 100, mean ± std (ddof 1) over "
+        "seeds; Δ and raw p: two-sided paired t-test over matched seeds against PromptBERT trained with "
+        f"the baseline loss (`{sig['baseline']}`) (the same tests as in PromptBERT's Table 2); p (Holm): "
+        f"adjusted within {family} of PromptBERT's Table 2, on which the sentence below decides."
+    )
+    return Table(
+        f"PromptBERT + Focal-InfoNCE (§5.3) — {backbone}",
+        ["Model", "seeds", *[column_label(k) for k in keys]],
+        rows,
+        caption,
+        classes,
+    )
+
+
+def ablation_defaults(params: Params) -> dict[str, float | None]:
+    """Per ablation kind, its default point (the ablation loss's effective τ / m; None: no such key)."""
+    return {kind: ablation_default(params, kind) for kind in ABLATION_KINDS}
+
+
+@dataclass(frozen=True)
+class SeedBand:
+    """The main sweep's STS-B test range over seeds for the ablation's backbone and loss."""
+
+    span: Span
+    seeds: tuple[int, ...]
+
+
+def seed_band(params: Params, data: ReportData) -> SeedBand | None:
+    """min–max of STS-B test over ``sweep.seeds`` of (ablation backbone, ``ablation.loss``) in the
+    main sweep; None with fewer than two evaluated seeds (no spread to compare with)."""
+    b, loss = params.ablation_backbone, params.ablation.loss
+    found = {
+        s: data.evals[(b, loss, s)]["STSBenchmark"]
+        for s in params.sweep.seeds
+        if "STSBenchmark" in data.evals.get((b, loss, s), {})
+    }
+    if len(found) < 2:
+        return None
+    return SeedBand(span(list(found.values())), tuple(found))
+
+
+def ablation_scores(points: Sequence[AblationPoint]) -> list[tuple[float, float]]:
+    """(value, STS-B test) of the points that have a score, ascending value."""
+    return sorted((p.value, p.item["STSBenchmark"]) for p in points if p.item and "STSBenchmark" in p.item)
+
+
+def _length(cfg: TrainConfig, params: Params) -> str:
+    if cfg.max_steps:
+        return f"{cfg.max_steps} steps"
+    epochs = f"{cfg.epochs} epoch{'s' if cfg.epochs != 1 else ''}"
+    return f"{epochs} over the {params.data.num_sentences:,}-sentence sample"
+
+
+def ablation_table(params: Params, data: ReportData, kind: str) -> Table:
+    """Table 4 (``tau``) or 5 (``m``): STS-B test Spearman at every point of ``kind``, the default
+    point being the main sweep's run."""
+    sym = ABLATION_SYMBOLS[kind]
+    ab = params.ablation
+    rows, classes = [], []
+    for point in data.ablation.get(kind, []):
+        mark = f" (main sweep, seed {point.main_seed})" if point.main_seed is not None else ""
+        item = point.item
+        if item is None:
+            rows.append([f"{point.value:g}{mark}", "not run", MISSING, MISSING])
+        else:
+            rows.append(
+                [
+                    f"{point.value:g}{mark}",
+                    fmt(item.get("STSBenchmark")),
+                    fmt(item.get("stsb_dev_best")),
+                    str(item["best_step"]) if "best_step" in item else MISSING,
+                ]
+            )
+        classes.append("ours")
+    defaults = ablation_defaults(params)
+    default = defaults[kind]
+    others = "".join(
+        f", {ABLATION_SYMBOLS[k]} = {v:g}" for k, v in defaults.items() if k != kind and v is not None
+    )
+    base = params.ablation_base_config()
+    caption = (
+        f"{loss_label(ab.loss)} on `{params.ablation_backbone}`{others}; one seed ({ab.seed}) per point, each "
+        f"run trained as long as the main runs ({_length(base, params)}); STS-B test Spearman × 100 of "
+        "the best-on-STS-B-dev checkpoint."
+    )
+    if default is not None:
+        caption += (
+            f" The {sym} = {default:g} row is the main sweep's seed-{ab.seed} run (reused, not retrained); "
+            "the other rows are the ablation runs."
+        )
+    return Table(
+        f"Table {ABLATION_TABLES[kind]} — effect of {sym}",
+        [sym, "STS-B test", "best STS-B dev", "best step"],
+        rows,
+        caption,
+        classes,
+    )
+
+
+def hard_negatives_table(params: Params, hn: dict[str, Any], backbone: str) -> Table:
+    entry = hn["backbones"][backbone]
+    losses = [k for k in entry["mean_cos"] if k != "start"]
+    header = ["#", "sentence 1", "sentence 2", "gold", "cos start"] + [f"cos {loss_label(x)}" for x in losses]
+    rows = []
+    for i, p in enumerate(entry["pairs"], 1):
+        rows.append(
+            [str(i), p["sentence1"], p["sentence2"], fmt(p["gold"]), fmt(p["cos"]["start"], 3)]
+            + [fmt(p["cos"][x], 3) for x in losses]
+        )
+    rows.append(
+        ["mean", f"all {entry['candidates']} candidate pairs", "", f"≤ {hn['max_gold']:g}"]
+        + [fmt(entry["mean_cos"]["start"], 3)]
+        + [fmt(entry["mean_cos"][x], 3) for x in losses]
+    )
+    caption = (
+        f"STS-B train pairs with gold ≤ {hn['max_gold']:g} (of 5), the {hn['k']} of highest cosine under the "
+        f"starting model (`{entry['source']}`, pooler `{entry['start_pooler']}`), and their cosine after "
+        f"training with each loss (seed {hn['seed']}). The last row is the mean over all candidates: "
+        "models differ in anisotropy, so compare each pair with its model's mean."
+    )
+    return Table(
+        f"Hardest negatives — {backbone}",
+        header,
+        rows,
+        caption,
+        ["" for _ in rows[:-1]] + ["test"],
+        text_columns=(1, 2),
+    )
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def p_labels(pair: str, alpha: float) -> tuple[str, str]:
+    """The first cells of the raw-p and Holm-p rows of ``pair``, each naming what its ``*`` means."""
+    return (
+        f"paired t-test p, raw ({pair}); * = raw p < {alpha:g}",
+        f"p (Holm) ({pair}); * = Holm-adjusted p < {alpha:g}",
+    )
+
+
+def published_gain_note(published: Sequence[PublishedRow]) -> str:
+    """A sentence saying which baseline the published Focal-InfoNCE rows are compared with, with the
+    gain over the paper's own baseline and over the SimCSE paper's row (from the rows' averages)."""
+    own = next((r for r in published if r.paper_baseline and "avg" in r.scores), None)
+    treated = [r for r in published if r.loss != "infonce" and "avg" in r.scores]
+    if own is None or not treated:
+        return ""
+    other = next(
+        (r for r in published if r.loss == own.loss and not r.paper_baseline and "avg" in r.scores), None
+    )
+
+    def gain(a: float, b: float) -> str:
+        return fmt_diff({"mean_diff": a - b})
+
+    gains = []
+    for r in treated:
+        avg = r.scores["avg"]
+        text = f"{r.label}: {fmt(avg)} − {fmt(own.scores['avg'])} = {gain(avg, own.scores['avg'])}"
+        if other is not None:
+            text += (
+                f" (against the SimCSE paper's {fmt(other.scores['avg'])}: {gain(avg, other.scores['avg'])})"
+            )
+        gains.append(text)
+    return (
+        " The published Focal-InfoNCE rows compare with the Focal-InfoNCE paper's own SimCSE baseline "
+        f"(“{own.label}”), not with the SimCSE paper's: {'; '.join(gains)}."
+    )
+
+
+def table3_tests_note(sig: dict[str, Any]) -> str:
+    """Which Holm family each Table 3 column's Holm p (and the report's verdict) comes from."""
+    sts = holm_family_text(sig, "STSBenchmark") or "no Holm family"
+    geometry = [k for k in ("alignment", "uniformity") if holm_family_text(sig, k)]
+    if geometry:
+        return (
+            " The p (Holm) row adjusts alignment and uniformity within their own Holm family "
+            f"({holm_family_text(sig, geometry[0])} of each loss against the baseline), and STS-B within "
+            f"{sts} of Table 2; a difference is called significant only when its Holm p < α."
+        )
+    return (
+        f" The p (Holm) row adjusts STS-B within {sts} of Table 2. Alignment and uniformity are "
+        "descriptive here (this significance.json puts them in no Holm family): their raw p is no "
+        "significance verdict."
+    )
+
+
+def holm_family_text(sig: dict[str, Any], key: str) -> str | None:
+    """The Holm family the tests of ``key`` belong to in ``sig``, in words (``the 8-column STS
+    family``, ``the 2-test alignment/uniformity family``); None when ``key`` is in none (e.g.
+    alignment in a significance.json written before the geometry family existed)."""
+    sts = list(sig.get("holm_family") or [])
+    geometry = list(sig.get("holm_family_geometry") or [])
+    if key in sts:
+        return f"the {len(sts)}-column STS family"
+    if key in geometry:
+        return f"the {len(geometry)}-test {'/'.join(geometry)} family"
+    return None
