@@ -148,7 +148,11 @@ def direct_imports(path: Path) -> frozenset[str]:
 def closure(*roots: Path, observers: Iterable[str] = OBSERVERS) -> set[str]:
     """Repo-relative files of everything ``roots`` import inside the project, ``roots`` included;
     ``observers`` are neither listed nor followed."""
-    skip = {module_file(m) for m in observers}
+    observers = tuple(observers)
+
+    def observed(module: str) -> bool:  # an observer, or a module inside an observer package
+        return any(module == o or module.startswith(f"{o}.") for o in observers)
+
     seen: set[Path] = set()
     todo = list(roots)
     while todo:
@@ -159,7 +163,7 @@ def closure(*roots: Path, observers: Iterable[str] = OBSERVERS) -> set[str]:
         for module in direct_imports(path):
             for step in _with_parents(module):
                 target = module_file(step)
-                if target is not None and target not in seen and target not in skip:
+                if target is not None and target not in seen and not observed(step):
                     todo.append(target)
     return {
         p.relative_to(ROOT).as_posix()

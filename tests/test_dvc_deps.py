@@ -234,7 +234,7 @@ def test_writer_restores_a_missing_and_drops_an_extra_dep() -> None:
     assert line in text
     broken = text.replace(line, "", 1).replace(
         "      - src/focalcse/steps/sample.py\n",
-        "      - src/focalcse/steps/sample.py\n      - src/focalcse/ops/tracking.py\n",
+        "      - src/focalcse/steps/sample.py\n      - src/focalcse/ops/tracking/__init__.py\n",
         1,
     )
     assert set(dvc_deps.stale_stages(broken)) == {"sample", "train"}
@@ -244,10 +244,12 @@ def test_writer_restores_a_missing_and_drops_an_extra_dep() -> None:
 def test_observers_are_no_deps_except_where_they_are_the_output() -> None:
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     train = dvc_deps.code_deps("train", stages["train"]["cmd"])
-    assert "src/focalcse/ops/tracking.py" not in train and "src/focalcse/provenance.py" not in train
+    assert "src/focalcse/ops/tracking/__init__.py" not in train and "src/focalcse/provenance.py" not in train
     assert "src/focalcse/core/training.py" in train and f"{LOSSES_DIR}/${{item.loss}}.py" in train
     # stages/train.py imports tracking, and nothing but tracking reaches mlflow-only helpers
-    assert "src/focalcse/ops/tracking.py" in closure(STAGES / "train.py", observers=())
+    whole = closure(STAGES / "train.py", observers=())
+    assert {"src/focalcse/ops/tracking/__init__.py", "src/focalcse/ops/tracking/runs.py"} <= whole
+    assert not any("/ops/tracking/" in f for f in closure(STAGES / "train.py"))  # the package, whole
     report = dvc_deps.code_deps("report", stages["report"]["cmd"])
     assert "src/focalcse/provenance.py" in report  # the report prints each result's provenance
-    assert "src/focalcse/ops/tracking.py" not in report
+    assert "src/focalcse/ops/tracking/__init__.py" not in report

@@ -1,0 +1,422 @@
+"""Train runs: one MLflow run per train matrix item, its per-step metrics sent in the background."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from focalcse.config import BASE_FRAMEWORK, Params
+from focalcse.layout import Layout, run_name, stage_name
+from focalcse.ops.tracking.inputs import input_datasets
+from focalcse.ops.tracking.process import (
+    _identity_of,
+    _kill_if_gone,
+    identity_tags,
+    process_gone,
+    process_identity,
+)
+from focalcse.ops.tracking.queue import (
+    CLOSE_TIMEOUT_S,
+    RUN_FILE,
+    _apply,
+    _existing_steps,
+    _Journal,
+    _metric,
+    _sync_file,
+    queue_dir,
+    read_queue,
+    split_queue,
+    sync_records,
+)
+from focalcse.ops.tracking.store import (
+    _BATCH,
+    FLUSH_SECONDS,
+    _base_tags,
+    client_and_experiment,
+    enabled,
+    experiment_name,
+    flatten,
+    folder_fingerprint,
+    redact,
+    repo_root,
+)
+
+
+# ---------------------------------------------------------------- train runs
+class TrainRun:
+    """An open MLflow run for one train matrix item; ``log_metrics`` is the training callback.
+
+    Metrics never wait on the network: each call appends them to the run's queue file (local, one
+    JSON line each) and hands them to a background thread that sends batches every few seconds (at
+    once after a dev evaluation) with short HTTP timeouts. Whatever MLflow has not confirmed when the
+    stage ends stays in the queue file, sent by the next ``finish`` of the item or
+    ``focalcse tracking sync``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        run_id: str,
+        uri: str = "",
+        queue: str | os.PathLike | None = None,
+        skip: set[tuple[str, int]] | None = None,
+        close_timeout: float = CLOSE_TIMEOUT_S,
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.uri = uri
+        self.close_timeout = close_timeout
+        folder = Path(queue) if queue is not None else queue_dir()
+        # the process writing the run (host, pid, start time): judged dead only from its own host
+        self._header = {"t": "run", "run_id": run_id, "uri": redact(uri), **process_identity()}
+        self.journal = _Journal(folder / f"{run_id}.jsonl", self._header)
+        self._skip = skip or set()
+        self._pending: list[dict[str, Any]] = []  # handed to the sender, not confirmed
+        self._cond = threading.Condition()
+        self._kick = False
+        self._closing = False
+        self.failures = 0
+        self.attempts = 0  # the sender's sends, done or failed
+        self.down = False  # the sender's last attempt failed
+        self._queued: list[dict[str, Any]] = []  # non-metric records not sent
+        self._thread = threading.Thread(target=self._drain, name="mlflow-sender", daemon=True)
+        self._thread.start()
+
+    # -- metrics
+    def _records(self, metrics: dict[str, Any], step: int) -> list[dict[str, Any]]:
+        now = int(time.time() * 1000)
+        out = []
+        for k, v in metrics.items():
+            if v is None or (k, int(step)) in self._skip:  # already in the resumed run
+                continue
+            out.append({"t": "m", "k": k, "v": float(v), "ts": now, "s": int(step)})
+        return out
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Training's ``log_metrics(metrics, step)`` callback: journaled locally, sent in the
+        background (never blocks on MLflow)."""
+        records = self._records(metrics, step)
+        if not records:
+            return
+        self.journal.append(records)
+        with self._cond:
+            self._pending.extend(records)
+            if "stsb_dev_spearman" in metrics:
+                self._kick = True
+                self._cond.notify()
+
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._kick or self._closing, timeout=FLUSH_SECONDS)
+                self._kick = False
+                batch = self._pending[:_BATCH]
+                closing = self._closing
+            if batch:
+                try:
+                    self.client.log_batch(self.run_id, metrics=[_metric(r) for r in batch])
+                except Exception:  # noqa: BLE001 - kept; retried next round, else queued
+                    self.failures += 1
+                    self.down = True
+                    self.attempts += 1
+                    if closing:
+                        return
+                    continue
+                self.down = False
+                self.attempts += 1
+                with self._cond:
+                    del self._pending[: len(batch)]
+                    more = bool(self._pending)
+                if more and closing:
+                    continue
+                if more and len(batch) == _BATCH:
+                    with self._cond:
+                        self._kick = True
+                    continue
+            if closing and not self._pending:
+                return
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait (up to ``timeout``) until the sender has delivered everything; True if it has."""
+        deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
+        start = self.attempts
+        with self._cond:
+            self._kick = True
+            self._cond.notify()
+        while time.monotonic() < deadline:
+            with self._cond:
+                if not self._pending:
+                    return True
+            if (self.down and self.attempts > start) or not self._thread.is_alive():
+                return False  # a send after the kick failed: the server is (still) down
+            time.sleep(0.05)
+        return False
+
+    # -- inputs
+    def log_inputs(self, datasets: list[dict[str, Any]]) -> None:
+        """The run's dataset inputs (entries of :func:`input_datasets`): journaled first (a kill
+        loses nothing), then sent once; queued with the rest if MLflow fails."""
+        if not datasets:
+            return
+        record = {"t": "inputs", "datasets": datasets}
+        self.journal.append([record])
+        self._send(record)
+
+    # -- the end
+    def _send(self, record: dict[str, Any]) -> None:
+        """Send one record now, or queue it once MLflow has failed."""
+        if self.down:
+            self._queued.append(record)
+            return
+        try:
+            _apply(self.client, self.uri, self.run_id, record)
+        except Exception:  # noqa: BLE001
+            self.failures += 1
+            self.down = True
+            self._queued.append(record)
+
+    def finish(
+        self,
+        metrics: dict[str, Any],
+        model_dir: str | os.PathLike,
+        files: Sequence[str | os.PathLike] = (),
+    ) -> None:
+        """Log the summary metrics, the model folder (artifact ``model``, and as an MLflow
+        sentence-transformers model), ``files`` (``metrics/``), and tag the run with the model's
+        fingerprint for the evaluate stage. Anything MLflow misses is queued."""
+        keys = (
+            "best_step",
+            "stsb_dev_best",
+            "stsb_dev_start",
+            "steps",
+            "final_loss",
+            "train_seconds",
+            "wall_seconds",
+            "sentences_per_second",
+            "peak_memory_mb",
+        )
+        clock = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+        def lap(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            self.timings[name] = self.timings.get(name, 0.0) + now - clock
+            clock = now
+
+        self.log_metrics({k: float(metrics[k]) for k in keys if metrics.get(k) is not None}, 0)
+        ok = self.flush()
+        self.down = self.down or not ok
+        lap("metrics")
+        model_dir = Path(model_dir).resolve()
+        self._send({"t": "art", "path": str(model_dir), "dest": "model"})
+        for f in files:
+            if Path(f).is_file():
+                self._send({"t": "art", "path": str(Path(f).resolve()), "dest": "metrics"})
+        lap("artifacts")
+        try:
+            import sentence_transformers  # noqa: F401 - the MLflow flavour needs it
+        except ImportError:
+            print("warning: sentence-transformers is not installed: no MLflow model logged", file=sys.stderr)
+        else:
+            if sentence_transformers_folder(model_dir):
+                register = os.environ.get("FOCALCSE_REGISTER_MODEL", "").strip() or None
+                self._send({"t": "model", "path": str(model_dir), "register": register})
+            else:  # e.g. PromptBERT: its folder refuses ST
+                print(f"{model_dir.name}: not a sentence-transformers model; logged as files only")
+        lap("logged_model")
+        self._send({"t": "tag", "k": "model_sha256", "v": folder_fingerprint(model_dir)})
+        lap("tags")
+        print("MLflow finish: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()), flush=True)
+
+    def end(self, status: str = "FINISHED", error: str | None = None) -> str | None:
+        """Close the run with ``status``; returns the one-line notice when MLflow was unreachable
+        and the rest is queued (also printed), else None."""
+        ok = self.flush()
+        self.down = self.down or not ok
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if error:
+            self._send({"t": "tag", "k": "error", "v": error[:5000]})
+        self._send({"t": "end", "status": status})
+        with self._cond:
+            pending = list(self._pending)
+        left = [*self.journal.prior, *pending, *self._queued]
+        if not self.down and not self.failures and not self.journal.prior:
+            self.journal.close(remove=True)
+            return None
+        if not self.down:  # recovered, or an earlier attempt's records: resend what MLflow lacks
+            with contextlib.suppress(Exception):
+                left, _ = sync_records(self.client, self.uri, self.run_id, left)
+        if not left:
+            self.journal.close(remove=True)
+            return None
+        self.journal.rewrite(self._header, left)
+        self.journal.close(remove=False)
+        n = sum(r["t"] == "m" for r in left)
+        line = (
+            f"MLflow unreachable: {n} metrics of run {self.run_id} queued in {self.journal.path}; "
+            "run `focalcse tracking sync`"
+        )
+        print(line, file=sys.stderr)
+        return line
+
+
+class _NoRun:
+    run_id = None
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        return None
+
+    def finish(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def sentence_transformers_folder(model_dir: str | os.PathLike) -> bool:
+    """Whether ``SentenceTransformer(model_dir)`` builds the model as evaluated: every module its
+    ``modules.json`` names is a sentence-transformers one (a PromptBERT folder names a refusing module)."""
+    f = Path(model_dir) / "modules.json"
+    if not f.is_file():
+        return False
+    return all(str(m.get("type", "")).startswith("sentence_transformers.") for m in json.loads(f.read_text()))
+
+
+def _kill_stale(
+    client: Any, exp_id: str, stage: str, keep: str | None, queue: Path, uri: str | None = None
+) -> None:
+    """End the earlier RUNNING train runs of this item whose process is gone (``kill -9``), checkpoint
+    or not: a run with a queue file has it sent first (its metrics join it), then ends KILLED (or
+    with the end status it queued); a queue file locked by a running stage means its run is alive.
+    ``keep``: the run this attempt continues."""
+    try:
+        runs = client.search_runs(
+            [exp_id],
+            filter_string=f"tags.dvc_stage = '{stage}' and tags.focalcse_stage = 'train' "
+            "and attributes.status = 'RUNNING'",
+            max_results=50,
+        )
+    except Exception:  # noqa: BLE001 - housekeeping only
+        return
+    for r in runs:
+        rid = r.info.run_id
+        if rid == keep:
+            continue
+        with contextlib.suppress(Exception):  # housekeeping only: `focalcse tracking sync` retries
+            path = queue / f"{rid}.jsonl"
+            header = split_queue(read_queue(path))[0] if path.is_file() else None
+            if header is None:  # no queue file (or none readable): the tags name its process
+                _kill_if_gone(client, rid, run=r)
+            elif process_gone(_identity_of(r.data.tags, header)):
+                _sync_file(path, client, uri)  # sent, then KILLED; locked meanwhile: left alone
+
+
+@contextmanager
+def train_run(
+    params: Params,
+    backbone: str,
+    loss: str,
+    seed: int,
+    work_dir: str | os.PathLike | None = None,
+    framework: str = BASE_FRAMEWORK,
+    layout: Layout | None = None,
+) -> Iterator[TrainRun | _NoRun]:
+    """Open the MLflow run of one train matrix item (connectivity checked first); it ends FINISHED,
+    FAILED with the error as a tag if the body raises, KILLED on KeyboardInterrupt.
+
+    ``work_dir``: the item's checkpoint folder (``.seed<k>.work`` beside the model). The run id is
+    kept there, so a resumed item continues the same run; an earlier run of the item left RUNNING by
+    a process of this machine that is gone and that nothing resumes gets its queued records, then
+    ends KILLED. ``layout`` (default: the repo root's) names the data logged as the run's dataset
+    inputs (:func:`input_datasets`).
+
+    Example::
+
+        with train_run(params, backbone, loss, seed, work_dir) as run:
+            metrics = run_train(..., log_metrics=run.log_metrics)
+            run.finish(metrics, model_dir, files=[metrics_file, curve_file, dev_file])
+    """
+    if not enabled():
+        yield _NoRun()
+        return
+    from mlflow.entities import Param
+
+    # ConfigError before touching the store; the same dict `focalcse config` prints
+    effective = params.effective_config(backbone, loss, seed, framework)
+    opened = time.perf_counter()
+    client, exp_id, uri = client_and_experiment(params)
+    stage = stage_name("train", backbone, loss, seed, framework)
+    values = {
+        **flatten(effective, "train."),
+        "backbone": backbone,
+        "backbone_source": params.backbone_source(backbone),
+        "data.num_sentences": str(params.data.num_sentences),
+        "data.seed": str(params.data.seed),
+        "dev.batch_size": str(params.eval.batch_size),
+    }
+    me = identity_tags()  # host, pid, its start time: judged dead only from this host
+    work = Path(work_dir) if work_dir is not None else None
+    run_file = work / RUN_FILE if work is not None else None
+    run_id, skip = None, set()
+    if run_file is not None and run_file.is_file() and any((work / c).is_dir() for c in ("last", "previous")):
+        try:
+            prev = json.loads(run_file.read_text())
+            if prev.get("uri") == redact(uri) and prev.get("params") == values:
+                old = client.get_run(prev["run_id"])
+                if old.info.experiment_id == exp_id and old.info.status != "FINISHED":
+                    run_id = old.info.run_id
+                    skip = _existing_steps(client, run_id, set(old.data.metrics))
+        except Exception:  # noqa: BLE001 - unreadable or unknown: a new run
+            run_id = None
+    if run_id is not None:
+        for k, v in me.items():  # first: a run back to RUNNING always names a live process
+            client.set_tag(run_id, k, v)
+        for k in {"focalcse.pid_start", "focalcse.machine_id"} - set(me):  # (none known here)
+            with contextlib.suppress(Exception):
+                client.delete_tag(run_id, k)
+        client.update_run(run_id, status="RUNNING")
+        with contextlib.suppress(Exception):  # the interrupted attempt's error, if it raised
+            client.delete_tag(run_id, "error")
+        print(f"MLflow run {run_id} resumed in experiment {experiment_name(params)!r} at {redact(uri)}")
+    else:
+        tags = {
+            **_base_tags(params, stage),
+            "backbone": backbone,
+            "loss": loss,
+            "seed": str(seed),
+            "framework": framework,
+            "focalcse_stage": "train",
+            **me,
+        }
+        run = client.create_run(exp_id, tags=tags, run_name=run_name(backbone, loss, seed, framework))
+        run_id = run.info.run_id
+        print(f"MLflow run {run_id} in experiment {experiment_name(params)!r} at {redact(uri)}")
+        items = [Param(k, v) for k, v in values.items()]
+        for i in range(0, len(items), 100):
+            client.log_batch(run_id, params=items[i : i + 100])
+    _kill_stale(client, exp_id, os.environ.get("DVC_STAGE", stage), run_id, queue_dir(), uri)
+    if run_file is not None:
+        work.mkdir(parents=True, exist_ok=True)
+        record = {"run_id": run_id, "pid": os.getpid(), "uri": redact(uri), "params": values}
+        run_file.write_text(json.dumps(record, indent=2) + "\n")
+    tracker = TrainRun(client, run_id, uri=uri, skip=skip)
+    try:
+        tracker.log_inputs(input_datasets(layout or Layout.at(repo_root())))
+        print(
+            f"MLflow run ready in {time.perf_counter() - opened:.1f} s (params, tags, dataset inputs)",
+            flush=True,
+        )
+        yield tracker
+    except BaseException as err:
+        status = "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
+        tracker.end(status, error=f"{type(err).__name__}: {err}")
+        raise
+    tracker.end("FINISHED")
