@@ -1,4 +1,4 @@
-"""Measure two fault scenarios on a real train item (all-MiniLM-L6-v2, infonce, seed 1) for a closing note.
+"""Measure three fault scenarios on a real train item (all-MiniLM-L6-v2, infonce, seed 1) for a closing note.
 
 Usage (the real measurement: 48 steps of 64 sentences, a dev evaluation and a checkpoint every 16)::
 
@@ -35,6 +35,11 @@ folder) is started, and always stopped (its process group) at the end.
    process group) once ``last/`` holds the step-2K checkpoint (``previous/`` step K); half of
    ``last/model.safetensors`` is cut off and the command rerun: the one-line moved-aside message, the
    step it resumed from, the final digest against (a), the MLflow steps of the (resumed) run.
+
+3. Kill before the first checkpoint. Outputs removed, the command run with the server up and
+   SIGKILLed once step ``--every``/2 is journaled (no checkpoint yet); the command rerun to the end,
+   then ``focalcse tracking sync``: the dead attempt's run must end KILLED (the rerun finds its process
+   gone), the rerun be one new FINISHED run with every step once, the model digest equal to (a).
 
 Prints a Markdown summary; ``--out-json`` gets every figure (plus the CPU model and the repo's commit).
 Exits 1 when a check fails (steps missing or doubled, digests differ, no fallback message).
@@ -473,13 +478,65 @@ def corrupt_checkpoint(
     }
 
 
+def kill_before_checkpoint(
+    item: Item, server: Server, experiment: str, steps: int, every: int, base_digest: str | None
+) -> dict[str, Any]:
+    """kill -9 before the first checkpoint (step ``every``), rerun the item, ``focalcse tracking sync``:
+    the dead attempt's run ends KILLED (its queued steps sent), the rerun is one FINISHED run."""
+    print(f"## kill -9 before the first checkpoint (step {every})", flush=True)
+    item.clean()
+    for path in item.queue.glob("*.jsonl"):
+        path.unlink()
+    proc, out, err, t0 = item.start("kill-before-checkpoint")
+    target = max(1, every // 2)
+    while proc.poll() is None and item.journaled_step(proc.pid) < target:
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        fail(f"the stage ended ({proc.returncode}) before step {target}")
+    killed_step = item.journaled_step(proc.pid)
+    kill_group(proc)
+    killed_at = time.perf_counter() - t0
+    dead_run = run_id_of(out.read_text(errors="replace"))
+    checkpoint_at_kill = item.checkpoint_step("last")
+    print(
+        f"   killed at {killed_at:.1f} s, step {killed_step} journaled, checkpoint {checkpoint_at_kill}",
+        flush=True,
+    )
+    rerun = item.run("after-early-kill")
+    sync_cmd = [sys.executable, "-m", "focalcse.cli", "tracking", "sync"]
+    sync = subprocess.run(
+        sync_cmd, cwd=item.project, env=item.env, capture_output=True, text=True, timeout=600
+    )
+    runs = item_runs(server.uri, experiment)
+    dead, new = by_id(runs, dead_run), by_id(runs, rerun["run_id"])
+    mine = [r for r in runs if r["run_id"] in (dead_run, rerun["run_id"])]
+    return {
+        "killed_at_s": round(killed_at, 2),
+        "killed_at_step": killed_step,
+        "checkpoint_at_kill": checkpoint_at_kill,
+        "dead_run": dead_run,
+        "dead_run_status": dead["status"] if dead else None,
+        "dead_run_loss_steps": len(dead["steps"]["loss"]) if dead else None,
+        "rerun": _public(rerun),
+        "new_run_differs": rerun["run_id"] is not None and rerun["run_id"] != dead_run,
+        "new_run_status": new["status"] if new else None,
+        "new_run_steps": {k: step_summary(new["steps"][k], steps) for k in STEP_KEYS} if new else None,
+        "new_run_steps_ok": steps_ok(new, steps),
+        "statuses": sorted(r["status"] for r in mine),
+        "sync_summary": next(
+            (ln for ln in sync.stdout.splitlines() if ln.startswith("tracking sync:")), sync.stderr[-300:]
+        ),
+        "digest_equal": rerun["model_digest"] == base_digest and base_digest is not None,
+    }
+
+
 def _public(res: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in res.items() if k not in ("stdout", "stderr")}
 
 
 # ---------------------------------------------------------------- the report
 def markdown(r: dict[str, Any]) -> str:
-    sd, cc = r["server_down"], r["corrupt_checkpoint"]
+    sd, cc, kb = r["server_down"], r["corrupt_checkpoint"], r["kill_before_checkpoint"]
     a, b = sd["baseline"], sd["down"]
     yes = {True: "yes", False: "**no**"}
     lines = [
@@ -525,6 +582,15 @@ def markdown(r: dict[str, Any]) -> str:
         f"steps {cc['steps']}; every step once: {yes[cc['steps_ok']]}",
         f"- final model digest equal to (a): {yes[cc['digest_equal']]}",
         "",
+        "## kill -9 before the first checkpoint",
+        "",
+        f"- killed at {kb['killed_at_s']} s at step {kb['killed_at_step']} (checkpoint at kill: "
+        f"{kb['checkpoint_at_kill']}); the dead attempt's run `{kb['dead_run']}`: {kb['dead_run_status']}, "
+        f"{kb['dead_run_loss_steps']} loss steps",
+        f"- rerun wall {kb['rerun']['wall_seconds']} s, a new run: {yes[kb['new_run_differs']]}, "
+        f"{kb['new_run_status']}, steps {kb['new_run_steps']}; `{kb['sync_summary']}`",
+        f"- the item's runs: {', '.join(kb['statuses'])}; final model digest equal to (a): {yes[kb['digest_equal']]}",
+        "",
         f"Checks: {'all passed' if r['ok'] else 'FAILED: ' + ', '.join(r['failed'])}",
     ]
     return "\n".join(lines)
@@ -534,7 +600,7 @@ def _f(x: Any) -> str:
     return f"{x:.1f}" if isinstance(x, (int, float)) else "-"
 
 
-def checks_of(sd: dict[str, Any], cc: dict[str, Any], every: int) -> dict[str, bool]:
+def checks_of(sd: dict[str, Any], cc: dict[str, Any], kb: dict[str, Any], every: int) -> dict[str, bool]:
     """What must hold (the wall-time ratio is reported, not checked: it depends on the machine)."""
     down, after = sd["down"], sd["down"]["run_after_sync"] or {}
     return {
@@ -554,6 +620,11 @@ def checks_of(sd: dict[str, Any], cc: dict[str, Any], every: int) -> dict[str, b
         "corrupt.same_run": cc["same_mlflow_run"],
         "corrupt.steps_ok": cc["steps_ok"],
         "corrupt.digest_equal": cc["digest_equal"],
+        "early_kill.before_checkpoint": kb["checkpoint_at_kill"] is None,
+        "early_kill.dead_run_killed": kb["dead_run_status"] == "KILLED",
+        "early_kill.one_finished_one_killed": kb["statuses"] == ["FINISHED", "KILLED"],
+        "early_kill.new_run_steps_ok": kb["new_run_steps_ok"],
+        "early_kill.digest_equal": kb["digest_equal"],
     }
 
 
@@ -610,6 +681,9 @@ def main() -> int:
         cc = corrupt_checkpoint(
             item, server, experiment, args.steps, args.every, sd["baseline"]["model_digest"]
         )
+        kb = kill_before_checkpoint(
+            item, server, experiment, args.steps, args.every, sd["baseline"]["model_digest"]
+        )
     finally:
         if item is not None:
             kill_group(item.proc)
@@ -617,7 +691,7 @@ def main() -> int:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
 
-    checks = checks_of(sd, cc, args.every)
+    checks = checks_of(sd, cc, kb, args.every)
     report = {
         "item": ITEM,
         "steps": args.steps,
@@ -632,6 +706,7 @@ def main() -> int:
         "work_folder": str(root) if args.keep is not None else None,
         "server_down": sd,
         "corrupt_checkpoint": cc,
+        "kill_before_checkpoint": kb,
         "checks": checks,
         "failed": [k for k, v in checks.items() if not v],
     }
