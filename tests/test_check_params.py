@@ -27,6 +27,7 @@ import yaml
 from focalcse.config import ConfigError, Params, TrainConfig, batch_spans, load_params, training_steps
 from focalcse.core.losses import hyper_params
 from focalcse.data.sources import MIRROR_ENV
+from focalcse.paramsets import load_any
 from focalcse.steps.check import check_params
 
 REPO = Path(__file__).resolve().parents[1]
@@ -269,7 +270,7 @@ def test_the_refused_settings_pass_where_they_are_allowed(tmp_path: Path) -> Non
     "path", ["params.yaml", *[str(p.relative_to(REPO)) for p in sorted((REPO / "params").glob("*.yaml"))]]
 )
 def test_committed_parameter_sets_pass_check(tmp_path: Path, path: str) -> None:
-    check_params(load_params(REPO / path))
+    check_params(load_any(REPO / path))  # a set under params/ is an overlay on params.yaml
 
 
 def test_the_check_counts_the_batches_the_trainer_cuts() -> None:

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
     "path", ["params.yaml", *[str(p.relative_to(REPO)) for p in sorted((REPO / "params").glob("*.yaml"))]]
 )
 def test_committed_parameter_sets_load(path: str) -> None:
-    params = load_params(REPO / path)
+    params = load_any(REPO / path)  # a set under params/ is an overlay on params.yaml
     for backbone in params.sweep.backbones:
         for loss in params.sweep.losses:
             cfg = params.train_config(backbone, loss, params.sweep.seeds[0])
