@@ -249,7 +249,9 @@ class Item:
             for line in lines:
                 with contextlib.suppress(ValueError):
                     records.append(json.loads(line))
-            if not records or records[0].get("t") != "run" or records[0].get("pid") != pid:
+            if (
+                not records or records[0].get("t") != "run" or str(records[0].get("pid")) != str(pid)
+            ):  # the header writes it as a string
                 continue
             for r in records[1:]:
                 if r.get("t") == "m" and r.get("k") == "loss":
