@@ -18,6 +18,16 @@ from focalcse.paramsets import HEADER, available, compose, compose_set, load_set
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _checkout(tmp_path: Path, *sets: str) -> Path:
+    """A folder holding this repo's params.yaml and the named sets under params/."""
+    root = tmp_path / "repo"
+    (root / "params").mkdir(parents=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    for name in sets:
+        shutil.copy(REPO / "params" / f"{name}.yaml", root / "params" / f"{name}.yaml")
+    return root
+
+
 def test_mappings_merge_and_everything_else_replaces() -> None:
     base = {"a": {"x": 1, "y": {"p": 1, "q": 2}}, "l": [1, 2], "s": "keep", "e": {}}
     over = {"a": {"y": {"q": 3}, "z": 4}, "l": [], "e": {"k": {"v": 1}}, "new": 5}
@@ -51,11 +61,7 @@ def test_every_set_holds_only_what_differs_and_validates(name: str) -> None:
 
 
 def test_use_writes_the_composed_set_and_says_how_to_go_back(tmp_path: Path) -> None:
-    root = tmp_path / "repo"
-    (root / "params").mkdir(parents=True)
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    for name in ("hcl", "frameworks"):
-        shutil.copy(REPO / "params" / f"{name}.yaml", root / "params" / f"{name}.yaml")
+    root = _checkout(tmp_path, "hcl", "frameworks")
     line = use(root, "hcl")
     assert "git checkout params.yaml" in line and "params/hcl.yaml" in line
     text = (root / "params.yaml").read_text()
@@ -70,11 +76,7 @@ def test_use_writes_the_composed_set_and_says_how_to_go_back(tmp_path: Path) -> 
 
 
 def test_use_stacks_nothing_in_a_git_checkout(tmp_path: Path) -> None:
-    root = tmp_path / "repo"
-    (root / "params").mkdir(parents=True)
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    for name in ("hcl", "frameworks"):
-        shutil.copy(REPO / "params" / f"{name}.yaml", root / "params" / f"{name}.yaml")
+    root = _checkout(tmp_path, "hcl", "frameworks")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
         subprocess.run([*git, *cmd], cwd=root, check=True)
@@ -86,9 +88,7 @@ def test_use_stacks_nothing_in_a_git_checkout(tmp_path: Path) -> None:
 
 
 def test_a_bad_set_writes_nothing(tmp_path: Path) -> None:
-    root = tmp_path / "repo"
-    (root / "params").mkdir(parents=True)
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    root = _checkout(tmp_path)
     (root / "params" / "bad.yaml").write_text("train: {batch_size: -1}\n")
     before = (root / "params.yaml").read_text()
     with pytest.raises(ConfigError, match="batch_size"):
@@ -99,10 +99,7 @@ def test_a_bad_set_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_cli_use_and_config_read_overlays(tmp_path: Path) -> None:
-    root = tmp_path / "repo"
-    (root / "params").mkdir(parents=True)
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    shutil.copy(REPO / "params" / "paper.yaml", root / "params" / "paper.yaml")
+    root = _checkout(tmp_path, "paper")
     cli = [sys.executable, "-m", "focalcse.cli"]
     shown = subprocess.run(
         [*cli, "config", "--params", str(root / "params/paper.yaml"), "--backbone", "bert-base-uncased"]
