@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import sys
@@ -64,9 +65,35 @@ from fault_measure import (  # noqa: E402 - the same project copy, item runner a
 )
 from tiny_project import copy_repo  # noqa: E402
 
+import psutil  # noqa: E402
+
 SETTINGS = ("off", "sqlite", "live", "dead")
 _READY = re.compile(r"MLflow run ready in ([\d.]+) s")
 _FINISH = re.compile(r"MLflow finish: (.*)")
+_SENDER = re.compile(r"MLflow sender: ([\d.]+) s CPU over (\d+) sends")
+
+
+def tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its live children so far (0 when gone)."""
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's reaped children."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def make_project(dest: Path, steps: int | None, mirror: str) -> dict[str, Any]:
@@ -105,6 +132,9 @@ def parse_lines(stdout: str) -> dict[str, Any]:
     if m := _FINISH.search(stdout):
         for name, value in re.findall(r"(\w+) ([\d.]+) s", m.group(1)):
             out[f"finish_{name}_seconds"] = float(value)
+    if m := _SENDER.search(stdout):
+        out["sender_cpu_seconds"] = float(m.group(1))
+        out["sender_sends"] = int(m.group(2))
     return out
 
 
@@ -123,12 +153,18 @@ def one(setting: str, item: Item, base_env: dict[str, str], work: Path, kill_aft
     item.env = env
     item.clean()
     shutil.rmtree(item.queue, ignore_errors=True)
+    server_cpu = None
     try:
+        cpu0 = children_cpu()
+        server_cpu0 = tree_cpu(server.proc.pid) if server is not None else 0.0
         proc, out, err, t0 = item.start(setting)
         if setting == "dead":
             killer = threading.Timer(kill_after, server.kill)
             killer.start()
         wall = item.wait(proc, t0)
+        stage_cpu = children_cpu() - cpu0  # the stage is reaped; the server is not yet
+        if setting == "live":
+            server_cpu = tree_cpu(server.proc.pid) - server_cpu0
         res = item.result(proc, out, err, wall)
     finally:
         if killer is not None:
@@ -145,6 +181,8 @@ def one(setting: str, item: Item, base_env: dict[str, str], work: Path, kill_aft
         "stage_wall_seconds": res["stage_wall_seconds"],
         "model_digest": res["model_digest"],
         "queued": queued,
+        "stage_cpu_seconds": round(stage_cpu, 1),
+        **({"server_cpu_seconds": round(server_cpu, 1)} if server_cpu is not None else {}),
         **parse_lines(res["stdout"]),
     }
 
@@ -175,10 +213,21 @@ def markdown(report: dict[str, Any]) -> str:
         runs = ", ".join(f"{x:.1f}" for x in v["runs"])
         lines.append(f"| {s} | {runs} | {v['median_seconds']:.1f} | {v['ratio_to_off']:.3f}x |")
     keys = sorted(
-        {k for r in report["runs"] for k in r if k.endswith("_seconds") and k.startswith(("run_", "finish_"))}
+        {
+            k
+            for r in report["runs"]
+            for k in r
+            if k.endswith("_seconds") and k.startswith(("run_", "finish_", "sender_", "stage_cpu", "server_"))
+        }
     )
     if keys:
-        lines += ["", "Where the tracking time goes (median over the runs of each setting, seconds):", ""]
+        lines += [
+            "",
+            "Where the tracking time goes (median over the runs of each setting, seconds; `stage_cpu`: the "
+            "stage process's CPU, `server_cpu`: the live server's, `sender_cpu`: the stage's MLflow sender "
+            "thread's):",
+            "",
+        ]
         lines.append("| setting | " + " | ".join(k.removesuffix("_seconds") for k in keys) + " |")
         lines.append("|---|" + "---:|" * len(keys))
         for s in report["summary"]:
@@ -235,7 +284,7 @@ def main() -> int:
                 r["repeat"] = rep + 1
                 runs.append(r)
                 print(
-                    f"{t} repeat {rep + 1} {setting:6s} {r['wall_seconds']:7.1f} s  {json.dumps({k: v for k, v in r.items() if k.startswith(('run_', 'finish_'))})}",
+                    f"{t} repeat {rep + 1} {setting:6s} {r['wall_seconds']:7.1f} s  {json.dumps({k: v for k, v in r.items() if k.startswith(('run_', 'finish_', 'sender_', 'stage_cpu', 'server_'))})}",
                     flush=True,
                 )
     finally:

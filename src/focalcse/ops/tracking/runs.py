@@ -40,6 +40,7 @@ from focalcse.ops.tracking.store import (
     _BATCH,
     FLUSH_SECONDS,
     _base_tags,
+    check_tracking_uri,
     client_and_experiment,
     enabled,
     experiment_name,
@@ -47,6 +48,7 @@ from focalcse.ops.tracking.store import (
     folder_fingerprint,
     redact,
     repo_root,
+    tracking_uri,
 )
 
 
@@ -85,6 +87,7 @@ class TrainRun:
         self._closing = False
         self.failures = 0
         self.attempts = 0  # the sender's sends, done or failed
+        self.sender_cpu = 0.0  # the sender thread's CPU seconds so far
         self.down = False  # the sender's last attempt failed
         self._queued: list[dict[str, Any]] = []  # non-metric records not sent
         self._thread = threading.Thread(target=self._drain, name="mlflow-sender", daemon=True)
@@ -114,7 +117,14 @@ class TrainRun:
                 self._cond.notify()
 
     def _drain(self) -> None:
+        try:
+            self._drain_loop()
+        finally:
+            self.sender_cpu = time.thread_time()
+
+    def _drain_loop(self) -> None:
         while True:
+            self.sender_cpu = time.thread_time()
             with self._cond:
                 self._cond.wait_for(lambda: self._kick or self._closing, timeout=FLUSH_SECONDS)
                 self._kick = False
@@ -245,6 +255,8 @@ class TrainRun:
         with self._cond:
             self._closing = True
             self._cond.notify()
+        self._thread.join(timeout=0.5)
+        print(f"MLflow sender: {self.sender_cpu:.1f} s CPU over {self.attempts} sends", flush=True)
         if error:
             self._send({"t": "tag", "k": "error", "v": error[:5000]})
         self._send({"t": "end", "status": status})
@@ -319,6 +331,42 @@ def _kill_stale(
                 _sync_file(path, client, uri)  # sent, then KILLED; locked meanwhile: left alone
 
 
+class _Opening:
+    """The train run, opened by a background thread while the stage loads its model and data: the
+    first ``log_metrics`` (the first training step) waits for it, so no metric precedes its run and
+    the opening costs the item no wall time of its own."""
+
+    def __init__(self, open_run: Any) -> None:
+        self._open = open_run
+        self._run: TrainRun | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._target, name="mlflow-open", daemon=True)
+        self._thread.start()
+
+    def _target(self) -> None:
+        try:
+            self._run = self._open()
+        except BaseException as err:  # noqa: BLE001 - raised in the stage's thread by result()
+            self._error = err
+
+    def result(self) -> TrainRun:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._run is not None
+        return self._run
+
+    @property
+    def run_id(self) -> str:
+        return self.result().run_id
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.result().log_metrics(metrics, step)
+
+    def finish(self, *args: Any, **kwargs: Any) -> None:
+        self.result().finish(*args, **kwargs)
+
+
 @contextmanager
 def train_run(
     params: Params,
@@ -328,9 +376,13 @@ def train_run(
     work_dir: str | os.PathLike | None = None,
     framework: str = BASE_FRAMEWORK,
     layout: Layout | None = None,
-) -> Iterator[TrainRun | _NoRun]:
+) -> Iterator[TrainRun | _NoRun | _Opening]:
     """Open the MLflow run of one train matrix item (connectivity checked first); it ends FINISHED,
     FAILED with the error as a tag if the body raises, KILLED on KeyboardInterrupt.
+
+    The URI is checked at once (an unreachable server stops the item before any work); the run
+    itself is opened (params, tags, earlier runs, dataset inputs) by a background thread while the
+    body loads its model and data, and the first ``log_metrics`` waits for it.
 
     ``work_dir``: the item's checkpoint folder (``.seed<k>.work`` beside the model). The run id is
     kept there, so a resumed item continues the same run; an earlier run of the item left RUNNING by
@@ -347,12 +399,44 @@ def train_run(
     if not enabled():
         yield _NoRun()
         return
-    from mlflow.entities import Param
-
     # ConfigError before touching the store; the same dict `focalcse config` prints
     effective = params.effective_config(backbone, loss, seed, framework)
+    uri = tracking_uri()
+    check_tracking_uri(uri)  # fail fast, before any work
+    opening = _Opening(
+        lambda: _open_train_run(params, backbone, loss, seed, work_dir, framework, layout, effective, uri)
+    )
+    try:
+        yield opening
+    except BaseException as err:
+        status = "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
+        try:
+            tracker = opening.result()
+        except Exception as open_err:  # noqa: BLE001 - the body's error is the one to raise
+            print(f"warning: the MLflow run did not open: {open_err}", file=sys.stderr)
+            raise err from None
+        tracker.end(status, error=f"{type(err).__name__}: {err}")
+        raise
+    opening.result().end("FINISHED")
+
+
+def _open_train_run(
+    params: Params,
+    backbone: str,
+    loss: str,
+    seed: int,
+    work_dir: str | os.PathLike | None,
+    framework: str,
+    layout: Layout | None,
+    effective: dict[str, Any],
+    uri: str,
+) -> TrainRun:
+    """Create (or resume) the item's run, log its params, tags and dataset inputs, end its dead
+    predecessors; the :class:`TrainRun` that sends its metrics."""
+    from mlflow.entities import Param
+
     opened = time.perf_counter()
-    client, exp_id, uri = client_and_experiment(params)
+    client, exp_id, uri = client_and_experiment(params, uri)
     stage = stage_name("train", backbone, loss, seed, framework)
     values = {
         **flatten(effective, "train."),
@@ -410,13 +494,12 @@ def train_run(
     tracker = TrainRun(client, run_id, uri=uri, skip=skip)
     try:
         tracker.log_inputs(input_datasets(layout or Layout.at(repo_root())))
-        print(
-            f"MLflow run ready in {time.perf_counter() - opened:.1f} s (params, tags, dataset inputs)",
-            flush=True,
-        )
-        yield tracker
     except BaseException as err:
-        status = "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
-        tracker.end(status, error=f"{type(err).__name__}: {err}")
+        tracker.end("FAILED", error=f"{type(err).__name__}: {err}")
         raise
-    tracker.end("FINISHED")
+    print(
+        f"MLflow run ready in {time.perf_counter() - opened:.1f} s (params, tags, dataset inputs; "
+        "opened beside the model load)",
+        flush=True,
+    )
+    return tracker
