@@ -51,6 +51,7 @@ import yaml
 
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS))
+import psutil  # noqa: E402
 from fault_measure import (  # noqa: E402 - the same project copy, item runner and server
     BATCH,
     REPO,
@@ -64,8 +65,6 @@ from fault_measure import (  # noqa: E402 - the same project copy, item runner a
     stage_env,
 )
 from tiny_project import copy_repo  # noqa: E402
-
-import psutil  # noqa: E402
 
 SETTINGS = ("off", "sqlite", "live", "dead")
 _READY = re.compile(r"MLflow run ready in ([\d.]+) s")

@@ -4,9 +4,13 @@ Every node of every file is walked, so imports inside functions count too: ``imp
 ``from x import y``, relative imports and ``importlib.import_module("literal")``.
 
 * no import cycle among the modules of ``src/focalcse``;
-* the science core (``focalcse.core``) knows nothing of MLflow, Prefect or DVC and imports nothing
-  above it (``data``, ``eval``, ``steps``, ``report``, ``ops``);
-* ``focalcse.data`` and ``focalcse.eval`` know nothing of MLflow, Prefect, DVC, ops, steps or report;
+* every module belongs to one layer of :data:`LAYERS` and imports only from the layers its row
+  allows (its own included): the bottom tier imports nothing above it, the science core only the
+  bottom tier (no config), data and eval nothing above them, config nothing above core / data;
+* the layers of :data:`NO_TRACKING` (everything but ``ops`` and the CLI) know nothing of MLflow,
+  Prefect or DVC;
+* the same rules hold at run time: each layer's modules, imported in a fresh process, load no module
+  of a layer they may not import;
 * loading the config and asking the loss registry imports no torch / transformers (fresh process).
 """
 
@@ -24,15 +28,45 @@ SRC = ROOT / "src"
 PACKAGE = "focalcse"
 
 TRACKING = ("mlflow", "prefect", "dvc")  # third-party orchestration / tracking packages
-CORE_MAY_IMPORT = {
-    "focalcse",
-    "focalcse.config",
-    "focalcse.atomic",
-    "focalcse.errors",
-    "focalcse.layout",
-}  # + core.*
-ABOVE_CORE = ("focalcse.data", "focalcse.eval", "focalcse.steps", "focalcse.report", "focalcse.ops")
-ABOVE_DATA_EVAL = ("focalcse.ops", "focalcse.steps", "focalcse.report")
+
+# layer -> its modules (package prefixes, relative to focalcse; "" = the package's __init__)
+LAYERS: dict[str, tuple[str, ...]] = {
+    "base": ("", "errors", "atomic", "layout", "provenance", "results"),
+    "core": ("core",),
+    "data": ("data",),
+    "eval": ("eval",),
+    "config": ("config", "losses", "paramsets"),
+    "report": ("report",),
+    "steps": ("steps",),
+    "ops": ("ops",),
+    "cli": ("cli",),
+}
+# layer -> the layers it may import (its own included)
+MAY_IMPORT: dict[str, set[str]] = {
+    "base": {"base"},
+    "core": {"base", "core"},
+    "data": {"base", "data"},
+    "eval": {"base", "core", "data", "eval"},
+    "config": {"base", "core", "data", "config"},
+    "report": {"base", "core", "data", "eval", "config", "report"},
+    "steps": {"base", "core", "data", "eval", "config", "report", "steps"},
+    "ops": {"base", "core", "data", "eval", "config", "report", "steps", "ops"},
+    "cli": set(LAYERS),
+}
+NO_TRACKING = ("base", "core", "data", "eval", "config", "report", "steps")
+
+
+def layer_of(name: str, package: str = PACKAGE) -> str | None:
+    """The layer of module ``name`` (None: not a module of ``package``)."""
+    if not _under(name, package):
+        return None
+    rel = name[len(package) + 1 :] if name != package else ""
+    if rel == "":
+        return "base"
+    for layer, prefixes in LAYERS.items():
+        if any(p and (rel == p or rel.startswith(p + ".")) for p in prefixes):
+            return layer
+    return None
 
 
 # ---------------------------------------------------------------- the import graph, from the source
@@ -211,25 +245,24 @@ def _under(name: str, prefixes) -> bool:
 
 
 def layer_violations(src_root: Path, package: str = PACKAGE) -> list[str]:
-    """``file:line: module imports X (rule)`` for every broken layer rule."""
+    """``file:line: module imports X (rule)`` for every broken layer rule, and every module that is
+    in no layer."""
     out = []
+    mods = discover(src_root, package)
     for mod, names in sorted(parse_imports(src_root, package).items()):
-        in_core = _under(mod, f"{package}.core")
-        in_data_eval = _under(mod, (f"{package}.data", f"{package}.eval"))
-        if not (in_core or in_data_eval):
+        layer = layer_of(mod, package)
+        path = mods[mod][0].relative_to(src_root)
+        if layer is None:
+            out.append(f"src/{path}: {mod} is in no layer (add it to LAYERS)")
             continue
-        path = discover(src_root, package)[mod][0].relative_to(src_root)
         for name, line in names:
             where = f"src/{path}:{line}: {mod} imports {name}"
-            if name.split(".")[0] in TRACKING:
-                out.append(f"{where} (the science core, data and eval know no tracking/orchestration)")
-            elif in_core and _under(name, package):
-                if not (_under(name, f"{package}.core") or name in CORE_MAY_IMPORT):
-                    out.append(
-                        f"{where} (core may import only {sorted(CORE_MAY_IMPORT)} and {package}.core.*)"
-                    )
-            elif in_data_eval and _under(name, ABOVE_DATA_EVAL):
-                out.append(f"{where} (data and eval import nothing from {', '.join(ABOVE_DATA_EVAL)})")
+            if name.split(".")[0] in TRACKING and layer in NO_TRACKING:
+                out.append(f"{where} (layer {layer} knows no tracking/orchestration)")
+                continue
+            target = layer_of(name, package)
+            if target is not None and target not in MAY_IMPORT[layer]:
+                out.append(f"{where} (layer {layer} may import only {', '.join(sorted(MAY_IMPORT[layer]))})")
     return out
 
 
@@ -351,7 +384,10 @@ def test_layer_checker_catches_hidden_imports(tmp_path: Path) -> None:
             "focalcse/data/io.py": "def f():\n    from focalcse import steps\n",
             "focalcse/eval/__init__.py": "import prefect.tasks\n",
             "focalcse/core/__init__.py": "",
-            "focalcse/core/ok.py": "from focalcse.config import X\nfrom focalcse.core import other\nfrom .. import atomic\n",
+            "focalcse/core/ok.py": "from focalcse.core import other\nfrom .. import atomic\nimport torch\n",
+            "focalcse/core/cfg.py": "from focalcse.config import X\n",
+            "focalcse/stray.py": "",
+            "focalcse/report/__init__.py": "import mlflow\nfrom focalcse.steps import x\n",
             "focalcse/core/bad.py": """
                 def log():
                     import mlflow
@@ -367,8 +403,13 @@ def test_layer_checker_catches_hidden_imports(tmp_path: Path) -> None:
     assert "focalcse.core.bad imports focalcse.data.io" in found
     assert "focalcse.data.io imports focalcse.steps" in found
     assert "focalcse.eval imports prefect.tasks" in found
+    assert "focalcse.core.cfg imports focalcse.config (layer core may import only base, core)" in found
+    assert "focalcse.stray is in no layer" in found
+    assert "focalcse.report imports mlflow" in found
+    assert "focalcse.report imports focalcse.steps" in found
     assert "focalcse.core.ok" not in found
-    assert len(layer_violations(src)) == 5  # bad: mlflow, ops.tracking, data.io; data.io; eval
+    # bad: mlflow, ops.tracking, data.io; cfg; stray; data.io; eval; report: mlflow, steps
+    assert len(layer_violations(src)) == 9
 
 
 # ---------------------------------------------------------------- the rules on the real source
@@ -376,10 +417,11 @@ def test_parser_sees_the_real_source() -> None:
     """Guards the checks below against passing because nothing was parsed."""
     graph = import_graph(SRC, PACKAGE)
     assert {"focalcse.core.training", "focalcse.config", "focalcse.core.losses.focal_infonce"} <= set(graph)
-    assert "focalcse.config" in graph["focalcse.core.training"]
-    assert "focalcse.core.losses" in graph["focalcse.config"]
+    assert "focalcse.core.settings" in graph["focalcse.core.training"]
+    assert "focalcse.core.losses" in graph["focalcse.config.params"]
     assert "focalcse.core.losses.base" in graph["focalcse.core.losses.focal_infonce"]
-    assert "focalcse.layout" in graph["focalcse.config"]  # a function-level import
+    assert "focalcse.layout" in graph["focalcse.config.sections"]
+    assert "focalcse.core.backbones" in graph["focalcse.config.params"]  # a function-level import
 
 
 def test_no_import_cycle() -> None:
@@ -392,6 +434,30 @@ def test_no_import_cycle() -> None:
 def test_layer_rules() -> None:
     bad = layer_violations(SRC)
     assert not bad, "layer rule(s) broken:\n" + "\n".join(bad)
+
+
+def test_every_layer_rule_holds_at_run_time() -> None:
+    """Each layer's modules imported in a fresh process of their own: none of the modules then loaded
+    belongs to a layer it may not import, and no layer of NO_TRACKING loads MLflow, Prefect or DVC
+    (the static rules, seen from ``sys.modules``; catches imports no parser sees)."""
+    mods = sorted(discover(SRC, PACKAGE))
+    for layer in LAYERS:
+        names = [m for m in mods if layer_of(m) == layer and not m.endswith("__main__")]
+        if not names:
+            continue
+        out = run_fresh(
+            f"""
+            import importlib, json, sys
+            for name in {names!r}:
+                importlib.import_module(name)
+            print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("focalcse", *{TRACKING!r}))))
+            """
+        )
+        foreign = [m for m in out if m.startswith(PACKAGE) and layer_of(m) not in MAY_IMPORT[layer]]
+        assert not foreign, f"importing layer {layer} loaded {foreign}"
+        if layer in NO_TRACKING:
+            tracking = [m for m in out if not m.startswith(PACKAGE)]
+            assert not tracking, f"importing layer {layer} loaded {tracking}"
 
 
 # ---------------------------------------------------------------- torch-free imports, in a fresh process

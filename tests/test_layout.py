@@ -80,58 +80,72 @@ RUN = (BACKBONE, LOSS, SEED)
 FIRST_SEED = 1  # ${sweep.seeds[0]} in the example (hard_negatives reads the first seed's models)
 
 
-def c(path: Path, *keys: str) -> set[str]:
-    """``path`` and its companion files (``meta``, ``subsets``)."""
-    return s(path, *(companion_file(path, k) for k in keys))
-
-
 ABLATION_DATA = s(L.corpus_file, L.sts_dir)
-_EXPECTED = {  # stage -> (outs + metrics + plots, data and model deps besides the check file)
-    "sample": (s(L.corpus_file), s(L.corpus_sources_file)),  # the corpus's fingerprint, not its path
-    "prepare_sts": (s(L.sts_dir), s(L.sts_sources_file)),
-    "train": (
-        s(L.model_dir(*RUN), L.loss_curve(*RUN), L.dev_curve(*RUN)) | c(L.train_metrics(*RUN), "meta"),
-        s(L.corpus_file, L.sts_dir),
-    ),
-    "evaluate": (c(L.eval_metrics(*RUN), "meta", "subsets"), s(L.model_dir(*RUN), L.sts_dir)),
-    "pretrain_generator": (s(L.generator_dir(BACKBONE)), s(L.corpus_file)),
-    "train_framework": (
-        s(L.model_dir(*RUN, "diffcse"), L.loss_curve(*RUN, "diffcse"), L.dev_curve(*RUN, "diffcse"))
-        | c(L.train_metrics(*RUN, "diffcse"), "meta"),
-        s(L.corpus_file, L.sts_dir, L.generator_dir(BACKBONE)),
-    ),
-    "evaluate_framework": (
-        c(L.eval_metrics(*RUN, "diffcse"), "meta", "subsets"),
-        s(L.model_dir(*RUN, "diffcse"), L.sts_dir),
-    ),
-    "significance": (
-        c(L.significance_file, "meta") | c(L.summary_file, "meta"),
-        s(L.eval_dir),
-    ),
-    "ablate_tau": (c(L.ablation_metrics("tau", TAU), "meta"), ABLATION_DATA),
-    "ablate_m": (c(L.ablation_metrics("m", M), "meta"), ABLATION_DATA),
-    "hard_negatives": (
-        c(L.hard_negatives_file(BACKBONE, LOSS), "meta"),
-        s(L.sts_dir, L.model_dir(BACKBONE, LOSS, FIRST_SEED)),
-    ),
-    "report": (
-        s(L.reports_dir),
-        s(
-            L.summary_file,
-            L.significance_file,
-            companion_file(L.significance_file, "meta"),
-            L.eval_dir,
-            L.train_metrics_dir,
-            L.curves_dir,
-            L.ablation_dir,
-            L.hard_negatives_dir,
-        ),
+DATA_DEPS = {  # stage -> the data and model deps besides the check file
+    "sample": s(L.corpus_sources_file),  # the corpus's fingerprint, not its path
+    "prepare_sts": s(L.sts_sources_file),
+    "train": s(L.corpus_file, L.sts_dir),
+    "evaluate": s(L.model_dir(*RUN), L.sts_dir),
+    "pretrain_generator": s(L.corpus_file),
+    "train_framework": s(L.corpus_file, L.sts_dir, L.generator_dir(BACKBONE)),
+    "evaluate_framework": s(L.model_dir(*RUN, "diffcse"), L.sts_dir),
+    "significance": s(L.eval_dir),
+    "ablate_tau": ABLATION_DATA,
+    "ablate_m": ABLATION_DATA,
+    "hard_negatives": s(L.sts_dir, L.model_dir(BACKBONE, LOSS, FIRST_SEED)),
+    "report": s(
+        L.summary_file,
+        L.significance_file,
+        companion_file(L.significance_file, "meta"),
+        L.eval_dir,
+        L.train_metrics_dir,
+        L.curves_dir,
+        L.ablation_dir,
+        L.hard_negatives_dir,
     ),
 }
+# the example item each stage's dvc.yaml entry is rendered with (tiny: the matrix's first values)
+ITEM_OF = {
+    "train_framework": (*RUN, "diffcse"),
+    "evaluate_framework": (*RUN, "diffcse"),
+    "pretrain_generator": (BACKBONE,),
+    "hard_negatives": (BACKBONE, LOSS),
+}
+
+
+def layout_outputs(stage: str) -> set[str]:
+    """The stage's outputs by the layout's one table (:meth:`Layout.stage_outputs`)."""
+    if stage.startswith("ablate_"):
+        return s(*L.stage_outputs(stage, value=TAU if stage == "ablate_tau" else M))
+    return s(*L.stage_outputs(stage, *ITEM_OF.get(stage, RUN)))
+
+
 # every stage but `check` depends on the check stage's output (checked before DVC deletes outputs)
-EXPECTED = {"check": (s(L.check_file, L.corpus_sources_file, L.sts_sources_file), set())} | {
-    name: (outs, deps | s(L.check_file)) for name, (outs, deps) in _EXPECTED.items()
+EXPECTED = {"check": (layout_outputs("check"), set())} | {
+    name: (layout_outputs(name), deps | s(L.check_file)) for name, deps in DATA_DEPS.items()
 }
+
+
+def test_the_output_table_and_dvc_yaml_name_the_same_stages(dvc) -> None:
+    """Both ways: every dvc.yaml stage has a row in the layout's table and every row is a stage."""
+    for name in dvc["stages"]:
+        L.stage_outputs(name)  # raises for a stage the table lacks
+    assert set(EXPECTED) == set(dvc["stages"])
+    with pytest.raises(ValueError, match="stage 'nope'"):
+        L.stage_outputs("nope")
+
+
+def test_the_output_table_is_what_check_expects() -> None:
+    from focalcse.config import load_params
+    from focalcse.steps.check import expected_outputs
+
+    params = load_params(ROOT / "params.yaml")
+    found = expected_outputs(params, L)
+    sw = params.sweep
+    assert L.model_dir(sw.backbones[0], sw.losses[0], sw.seeds[0]) in found
+    assert companion_file(L.eval_metrics(sw.backbones[0], sw.losses[0], sw.seeds[0]), "subsets") in found
+    n_items = len(params.framework_items())
+    assert len(found) == n_items * (5 + 3) + len(sw.backbones) * len(sw.losses) * 2
 
 
 def test_every_stage_is_declared(dvc) -> None:

@@ -291,3 +291,41 @@ def test_plugin_from_the_environment(toy_loss) -> None:
     assert out["names"][-1] == name and {"infonce", "focal_infonce"} <= set(out["names"])
     assert out["kwargs"] == {"scale": 4.0} and out["color"] == "#123456"
     assert name not in loss_names()  # this process never registered it
+
+
+def test_each_loss_checks_its_own_hyper_parameters(tmp_path: Path, monkeypatch) -> None:
+    """Two losses declare ``m`` with different ranges (Focal-InfoNCE: m >= 0; the toy: m in [-1, -0.5]):
+    each item's value is checked against its own loss's declaration, not the first one registered."""
+    tag = uuid.uuid4().hex[:8]
+    module, name = f"toy_m_{tag}", f"toy_m_{tag}"
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    source = TOY_SOURCE.format(name=name).replace(
+        '"hyper": {"scale": {"default": 2.0, "min": 0.0}}',
+        '"hyper": {"m": {"default": -0.75, "min": -1.0, "max": -0.5}}',
+    )
+    assert '"m": {"default": -0.75' in source
+    (folder / f"{module}.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(folder))
+    try:
+        register_module(module)
+        assert set(registry.hyper_declarations("m")) == {"focal_infonce", name}
+        # the toy's own range: -0.75 passes (Focal-InfoNCE's m >= 0 would refuse it), 0.3 does not
+        assert TrainConfig.from_mapping("train", {"loss": name, "m": -0.75}).hyper_value("m") == -0.75
+        with pytest.raises(
+            ConfigError, match=rf"train\.m = 0\.3: expected a number in \[-1\.0, -0\.5\] \(as {name}"
+        ):
+            TrainConfig.from_mapping("train", {"loss": name, "m": 0.3})
+        # Focal-InfoNCE's range for its own items
+        with pytest.raises(
+            ConfigError, match=r"train\.m = -0\.75: expected a number >= 0(\.0)? \(as focal_infonce"
+        ):
+            TrainConfig.from_mapping("train", {"loss": "focal_infonce", "m": -0.75})
+        # a loss that declares no m: the value must suit some loss that does
+        assert TrainConfig.from_mapping("train", {"loss": "infonce", "m": -0.75}).loss_kwargs() == {}
+        assert TrainConfig.from_mapping("train", {"loss": "infonce", "m": 0.3}).loss_kwargs() == {}
+        with pytest.raises(ConfigError, match=r"train\.m = -5: expected"):
+            TrainConfig.from_mapping("train", {"loss": "infonce", "m": -5})
+    finally:
+        registry._REGISTRY.pop(name, None)
+        sys.modules.pop(module, None)

@@ -91,6 +91,30 @@ def test_tracking_off_touches_nothing(monkeypatch, tmp_path) -> None:
     assert tracking.log_summary_run(params, [tmp_path]) is None
 
 
+def test_the_run_opens_beside_the_body_and_its_error_surfaces_at_the_first_step(monkeypatch, tmp_path) -> None:
+    """The run is opened by a background thread; the first log_metrics waits for it. An opening that
+    fails raises its own error there; a body that fails first keeps its error."""
+    from focalcse.ops.tracking import runs
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    params = load_params(REPO / "params.yaml")
+    calls = []
+
+    def failing_open(*args, **kwargs):
+        time.sleep(0.2)  # the body runs meanwhile
+        calls.append("opened")
+        raise ConnectionRefusedError("store refused")
+
+    monkeypatch.setattr(runs, "_open_train_run", failing_open)
+    item = ("all-MiniLM-L6-v2", "infonce", 1)
+    with pytest.raises(ConnectionRefusedError, match="store refused"), tracking.train_run(params, *item) as run:
+        assert calls == []  # not opened yet: the body (model loading) goes on beside it
+        run.log_metrics({"loss": 1.0}, 1)
+    with pytest.raises(ValueError, match="the body's own"), tracking.train_run(params, *item):
+        raise ValueError("the body's own error")
+    assert calls == ["opened", "opened"]
+
+
 def test_eval_metrics_and_flatten() -> None:
     result = {t: float(i) for i, t in enumerate(TASKS)} | {
         "avg": 3.0,

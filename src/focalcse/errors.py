@@ -11,6 +11,11 @@ from __future__ import annotations
 EX_TEMPFAIL = 75  # sysexits.h: temporary failure, the caller may retry
 
 
+class ConfigError(ValueError):
+    """A params value that is missing, of the wrong type or out of range (re-exported by
+    :mod:`focalcse.config`)."""
+
+
 class CorpusError(ValueError):
     """A corpus that cannot be used; the message names the file (and line)."""
 

@@ -209,6 +209,54 @@ class Layout:
             generator_dir=self.generator_dir(backbone),
         )
 
+    # ---------------------------------------------------------------- every stage's outputs
+    def stage_outputs(
+        self,
+        stage: str,
+        backbone: str = "",
+        loss: str = "",
+        seed: int = 0,
+        framework: str = BASE_FRAMEWORK,
+        value: str = "",
+    ) -> set[Path]:
+        """What one item of ``stage`` writes, companions included: the one table of outputs.
+
+        ``dvc.yaml``'s ``outs`` / ``metrics`` / ``plots`` are checked against it both ways
+        (``tests/test_layout.py``), the check stage's expected outputs are built from it
+        (:func:`focalcse.steps.check.expected_outputs`), so a new output is one entry here plus its
+        line in ``dvc.yaml``. ``value``: an ablation item's swept number as ``dvc.yaml`` renders it."""
+
+        def with_companions(path: Path, *keys: str) -> set[Path]:
+            return {path, *(companion_file(path, k) for k in keys)}
+
+        item = (backbone, loss, seed, framework)
+        table = {
+            "check": lambda: {self.check_file, self.corpus_sources_file, self.sts_sources_file},
+            "sample": lambda: {self.corpus_file},
+            "prepare_sts": lambda: {self.sts_dir},
+            "train": lambda: (
+                {self.model_dir(*item), self.loss_curve(*item), self.dev_curve(*item)}
+                | with_companions(self.train_metrics(*item), "meta")
+            ),
+            "evaluate": lambda: with_companions(self.eval_metrics(*item), "meta", "subsets"),
+            "pretrain_generator": lambda: {self.generator_dir(backbone)},
+            "significance": lambda: (
+                with_companions(self.significance_file, "meta") | with_companions(self.summary_file, "meta")
+            ),
+            **{
+                f"ablate_{kind}": (
+                    lambda kind=kind: with_companions(self.ablation_metrics(kind, value), "meta")
+                )
+                for kind in ABLATION_KINDS
+            },
+            "hard_negatives": lambda: with_companions(self.hard_negatives_file(backbone, loss), "meta"),
+            "report": lambda: {self.reports_dir},
+        }
+        table |= {fs: table[base] for base, fs in FRAMEWORK_STAGES.items()}
+        if stage not in table:
+            raise ValueError(f"stage {stage!r}: expected one of {', '.join(table)}")
+        return table[stage]()
+
     # ---------------------------------------------------------------- report
     @property
     def reports_dir(self) -> Path:

@@ -14,7 +14,6 @@ their norm and the optimizer state are float32.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -28,13 +27,14 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from focalcse.atomic import recover_dir, replace_dir, rotate_dir, sha256_file, staged_dir  # noqa: F401 - sha256_file re-exported
-from focalcse.config import TrainConfig, batch_spans, training_steps
+from focalcse.atomic import replace_dir, sha256_file  # noqa: F401 - sha256_file re-exported
+from focalcse.core.checkpoint import Checkpointer, rng_state  # noqa: F401 - Checkpointer re-exported
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.encode import autocast_context, pad_batch
 from focalcse.core.gradcache import two_view_loss
 from focalcse.core.losses import build_loss
 from focalcse.core.model import SentenceEncoder
+from focalcse.core.settings import TrainConfig, batch_spans, training_steps
 from focalcse.errors import NonFiniteLossError  # re-exported: importers find it here
 
 
@@ -100,7 +100,7 @@ def tokenize_corpus(path: str | os.PathLike, tokenizer: Any, max_seq_len: int, n
 
 def batch_order(n: int, batch_size: int, epochs: int, seed: int) -> list[list[int]]:
     """Index batches for all epochs: a seeded permutation per epoch, cut by
-    :func:`focalcse.config.batch_spans` (a last batch of 1 is dropped: a single sentence has no
+    :func:`focalcse.core.settings.batch_spans` (a last batch of 1 is dropped: a single sentence has no
     negatives; the check stage counts the batches with the same function)."""
     gen = torch.Generator().manual_seed(seed)
     batches: list[list[int]] = []
@@ -403,159 +403,6 @@ def _evaluate_dev(
     if step > 0 and dev > result.best_dev:
         result.best_step, result.best_dev = step, dev
         loop.encoder.save(loop.best_dir, extra=_extra(save_extra, step, dev))
-
-
-class Checkpointer:
-    """Resumable training state: the last two checkpoints, each a folder written whole, then rotated in.
-
-    ``model.safetensors`` holds the weights (safetensors: no pickled code); ``state.pt`` holds optimizer,
-    scheduler, RNG states, step and the result so far, read back with ``torch.load(weights_only=True)``;
-    ``manifest.json`` (written last) holds each file's size and sha256. A save builds the new checkpoint
-    in a temp folder, moves ``folder`` (``last``) to ``previous`` beside it, then renames the new one to
-    ``folder``. A load verifies the newest checkpoint (manifest, sizes, hashes, safetensors header,
-    ``state.pt``); a corrupt or incomplete one is moved aside to ``<name>.corrupt-<n>`` with one line
-    naming it and the reason, and the previous one is tried, else the run starts over. A checkpoint is
-    used only if its fingerprint (config, corpus size, total steps) matches the run.
-    """
-
-    FILES = ("model.safetensors", "state.pt")
-    MANIFEST = "manifest.json"
-
-    def __init__(self, folder: Path, fingerprint: dict[str, Any]) -> None:
-        self.folder = Path(folder)  # the newest checkpoint (after load: the one restored)
-        self.last = self.folder
-        self.previous = self.folder.parent / "previous"
-        self.fingerprint = json.dumps(fingerprint, sort_keys=True)
-        self.step = 0
-
-    def save(
-        self,
-        step: int,
-        encoder: nn.Module,
-        optimizer,
-        scheduler,
-        result: TrainResult,
-        rng_ranks: list[dict[str, Any]] | None = None,
-    ) -> None:
-        """Write the checkpoint; ``rng_ranks`` holds every rank's :func:`rng_state` (default: this
-        process's only). Optimizer and scheduler states are the same on every DDP rank."""
-        from safetensors.torch import save_model
-
-        with staged_dir(self.last, swap=lambda tmp, dest: rotate_dir(tmp, dest, self.previous)) as tmp:
-            save_model(encoder, str(tmp / "model.safetensors"))
-            state = {
-                "fingerprint": self.fingerprint,
-                "step": step,
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "rng_ranks": rng_ranks or [rng_state()],
-                "result": json.dumps(result.to_dict()),
-            }
-            torch.save(state, tmp / "state.pt")
-            files = {
-                name: {"size": (tmp / name).stat().st_size, "sha256": sha256_file(tmp / name)}
-                for name in self.FILES
-            }
-            (tmp / self.MANIFEST).write_text(json.dumps({"step": step, "files": files}, indent=2) + "\n")
-        self.folder, self.step = self.last, step
-
-    def load(self, encoder: nn.Module, optimizer, scheduler, result: TrainResult, rank: int = 0) -> int:
-        """Restore the newest good checkpoint into the given objects and ``rank``'s RNG state; returns
-        its step (0 when none is usable). Only rank 0 moves a corrupt checkpoint aside."""
-        from safetensors.torch import load_model
-
-        recover_dir(self.previous)  # killed inside a save's rotation
-        recover_dir(self.last)  # (a checkpoint written by the former single-folder save)
-        for folder in (self.last, self.previous):
-            if not folder.is_dir():
-                continue
-            state, reason = self._verify(folder)
-            if state is None:
-                if rank == 0:  # every rank reaches the same verdict; one moves it and says so
-                    moved = self._move_aside(folder)
-                    tqdm.write(f"checkpoint {folder} is unusable ({reason}); moved aside to {moved.name}")
-                continue
-            if state.get("fingerprint") != self.fingerprint or "rng_ranks" not in state:
-                tqdm.write(f"ignoring checkpoint {folder}: written by a run with other settings")
-                return 0
-            load_model(encoder, str(folder / "model.safetensors"))
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            set_rng_state(state["rng_ranks"][rank])
-            saved = json.loads(state["result"])
-            for key in ("best_step", "best_dev", "train_seconds", "sentences_seen", "history", "dev_curve"):
-                setattr(result, key, saved[key])
-            self.folder, self.step = folder, int(state["step"])
-            return self.step
-        return 0
-
-    def _verify(self, folder: Path) -> tuple[dict[str, Any] | None, str]:
-        """``(state, "")`` for a whole checkpoint, ``(None, reason)`` otherwise.
-
-        Raises:
-            pickle.UnpicklingError: ``state.pt`` is intact but holds pickled code (refused, not skipped).
-        """
-        import pickle
-
-        from safetensors import safe_open
-
-        manifest_file = folder / self.MANIFEST
-        reason = ""
-        try:
-            manifest = json.loads(manifest_file.read_text())
-            for name in self.FILES:
-                want, path = manifest["files"][name], folder / name
-                if not path.is_file():
-                    return None, f"{name} missing"
-                if path.stat().st_size != want["size"]:
-                    return None, f"{name} is {path.stat().st_size} bytes, manifest says {want['size']}"
-                if sha256_file(path) != want["sha256"]:
-                    return None, f"{name} sha256 does not match the manifest"
-        except FileNotFoundError:
-            reason = f"no {self.MANIFEST}"
-        except (ValueError, KeyError, TypeError) as err:
-            return None, f"unreadable {self.MANIFEST}: {err}"
-        try:
-            state = torch.load(folder / "state.pt", map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:  # weights_only refused pickled code: loud, never skipped
-            raise
-        except Exception as err:  # truncated zip, missing file, ...
-            return None, reason or f"state.pt does not load: {type(err).__name__}: {err}"
-        if reason:
-            return None, reason
-        try:
-            with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
-                f.keys()
-        except Exception as err:  # SafetensorError: bad header
-            return None, f"model.safetensors header does not parse: {err}"
-        if not isinstance(state, dict):
-            return None, "state.pt is not a checkpoint state"
-        return state, ""
-
-    @staticmethod
-    def _move_aside(folder: Path) -> Path:
-        """Rename ``folder`` to the first free ``<name>.corrupt-<n>`` beside it: out of the way of the
-        fallback, kept for inspection while the item runs (it goes with the work folder when the item
-        finishes; a failed or killed rerun leaves it there)."""
-        n = 1
-        while (dest := folder.with_name(f"{folder.name}.corrupt-{n}")).exists():
-            n += 1
-        os.replace(folder, dest)
-        return dest
-
-
-def rng_state() -> dict[str, Any]:
-    """This process's RNG states (CPU, and every CUDA device it sees)."""
-    return {
-        "cpu": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["cpu"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _extra(extra: dict[str, Any] | None, step: int, dev: float | None) -> dict[str, Any]:

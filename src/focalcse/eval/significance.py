@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK
 from focalcse.eval.stats import holm, paired_ttest, summarize
+from focalcse.layout import BASE_FRAMEWORK
 
 Run = Mapping[str, Any]  # one evaluation result: scores plus meta.backbone / loss / seed (/ framework)
 

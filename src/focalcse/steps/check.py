@@ -33,7 +33,7 @@ from focalcse.core.losses import loss_spec
 from focalcse.data.corpus import check_sample_size, read_sentences
 from focalcse.data.sources import MIRROR_ENV, corpus_path, senteval_dir
 from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
-from focalcse.layout import ABLATION_KINDS, COMPANION_KEYS, Layout, companion_file, safe_name
+from focalcse.layout import ABLATION_KINDS, COMPANION_KEYS, Layout, safe_name
 
 # The check file's whole content: the same on every machine and for every params value.
 CHECKED = {
@@ -230,13 +230,12 @@ def expected_outputs(params: Params, layout: Layout) -> set[Path]:
     """Every per-item output path of the current sweep and ablation lists (with companions)."""
     sw, out = params.sweep, set()
     for fw, b, loss, seed in params.framework_items():
-        it = layout.train_item(b, loss, seed, fw)
-        ev = layout.eval_metrics(b, loss, seed, fw)
-        out |= {it.model_dir, *it.json_outputs, ev, *(companion_file(ev, k) for k in COMPANION_KEYS)}
+        out |= layout.stage_outputs("train", b, loss, seed, fw) | layout.stage_outputs(
+            "evaluate", b, loss, seed, fw
+        )
     for b in sw.backbones:
         for loss in sw.losses:
-            hn = layout.hard_negatives_file(b, loss)
-            out |= {hn, companion_file(hn, "meta")}
+            out |= layout.stage_outputs("hard_negatives", b, loss)
     return out
 
 

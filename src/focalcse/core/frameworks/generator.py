@@ -29,9 +29,9 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from focalcse.atomic import staged_dir, write_json
-from focalcse.config import GeneratorConfig
 from focalcse.core.encode import pad_batch
 from focalcse.core.frameworks.diffcse import IGNORE_INDEX, mask_tokens
+from focalcse.core.frameworks.settings import GeneratorConfig
 from focalcse.core.training import batch_order, sha256_file, tokenize_corpus
 from focalcse.errors import NonFiniteLossError
 

@@ -35,6 +35,10 @@ and denoising in ``focalcse.json`` (``framework``), so ``SentenceEncoder.from_pr
 its ``modules.json`` refuses sentence-transformers (:class:`NotSentenceTransformers`), which cannot
 express the denoised mask vector. :func:`training_setup` and :class:`PromptBERTStep` plug it into the
 training loop (:mod:`focalcse.core.frameworks`).
+
+One module of ~900 lines on purpose: a framework item's DVC deps name its framework as one file
+(``src/focalcse/core/frameworks/${item.framework}.py``), so PromptBERT's code changes retrain only
+PromptBERT items; split across modules, the others would have to depend on its parts.
 """
 
 from __future__ import annotations
@@ -51,12 +55,13 @@ import torch
 from torch import nn
 
 from focalcse.core.encode import pad_batch
+from focalcse.core.frameworks.settings import PROMPTBERT_TEMPLATES
 from focalcse.core.model import SentenceEncoder, eval_max_length
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from focalcse.config import PromptBERTConfig
+    from focalcse.core.frameworks.settings import PromptBERTConfig
 
 MASK_SLOT = "*mask*"
 SENTENCE_SLOT = "*sent_0*"
@@ -546,7 +551,6 @@ def eval_vectors(
 
 # ---------------------------------------------------------------- the encoder
 ROBERTA_FAMILY = ("roberta", "xlm-roberta")  # model types that get the official RoBERTa templates
-TEMPLATE_CHOICES = ("auto", "bert", "roberta")
 FRAMEWORK_NAME = "promptbert"
 
 
@@ -560,8 +564,10 @@ def official_templates(config_or_model_type: Any, choice: str = "auto") -> tuple
         choice: ``auto`` (RoBERTa's pair for model types ``roberta`` / ``xlm-roberta``, else BERT's),
             ``bert`` or ``roberta``.
     """
-    if choice not in TEMPLATE_CHOICES:
-        raise ValueError(f"PromptBERT templates must be one of {', '.join(TEMPLATE_CHOICES)}, got {choice!r}")
+    if choice not in PROMPTBERT_TEMPLATES:
+        raise ValueError(
+            f"PromptBERT templates must be one of {', '.join(PROMPTBERT_TEMPLATES)}, got {choice!r}"
+        )
     if choice == "auto":
         model_type = (
             config_or_model_type
@@ -650,7 +656,7 @@ class PromptEncoder(SentenceEncoder):
     ) -> PromptEncoder:
         """A PromptBERT encoder to train: :meth:`SentenceEncoder.from_pretrained` (the same loading and
         the same seeded fresh MLP, ``mlp_init="fresh"``) with ``settings``' templates (``auto`` /
-        ``bert`` / ``roberta``) and denoising (``frameworks.promptbert``, :class:`~focalcse.config.PromptBERTConfig`)."""
+        ``bert`` / ``roberta``) and denoising (``frameworks.promptbert``, :class:`~focalcse.core.frameworks.settings.PromptBERTConfig`)."""
         enc = cls.from_pretrained(
             source,
             pooler=pooler,

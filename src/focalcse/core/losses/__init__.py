@@ -176,12 +176,19 @@ def loss_spec(name: str) -> LossSpec:
 
 
 def hyper_params() -> dict[str, HyperParam]:
-    """Every hyper-parameter some registered loss declares, by key (first declaration wins)."""
+    """Every hyper-parameter key some registered loss declares, with its first declaration (for the
+    key's name; each loss checks its values against its own declaration: :func:`hyper_declarations`)."""
     out: dict[str, HyperParam] = {}
     for name in loss_names():
         for h in _REGISTRY[name].hyper:
             out.setdefault(h.name, h)
     return out
+
+
+def hyper_declarations(key: str) -> dict[str, HyperParam]:
+    """Loss name -> its declaration of hyper-parameter ``key``, for every loss that declares it
+    (registration order; empty when none does)."""
+    return {name: h for name in loss_names() for h in _REGISTRY[name].hyper if h.name == key}
 
 
 def loss_class(name: str) -> type:
@@ -223,6 +230,7 @@ __all__ = [
     "HyperParam",
     "LossSpec",
     "build_loss",
+    "hyper_declarations",
     "hyper_params",
     "loss_class",
     "loss_names",

@@ -1,0 +1,104 @@
+"""The torch-free settings of the frameworks around the loss (``frameworks.<name>`` in
+``params.yaml``): PromptBERT's templates and denoising, DiffCSE's generator, masking and RTD weight,
+and the small MLM its generator stage trains. The framework modules
+(:mod:`focalcse.core.frameworks.promptbert`, :mod:`~focalcse.core.frameworks.diffcse`,
+:mod:`~focalcse.core.frameworks.generator`) consume them; :mod:`focalcse.config` builds them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from focalcse.core.settings import HUB_ID, _check_train_layers, _fail, _finite
+
+PROMPTBERT_TEMPLATES = ("auto", "bert", "roberta")
+
+
+@dataclass(frozen=True)
+class PromptBERTConfig:
+    """``frameworks.promptbert``: PromptBERT's templates and denoising (core/frameworks/promptbert.py)."""
+
+    # auto: the official pair of the backbone's family (roberta for RoBERTa models, else bert)
+    templates: str = "auto"
+    # template denoising in training and in the dev checkpoint selection (official unsupervised runs: yes)
+    denoise: bool = True
+    # ... in scoring the test sets (official evaluation.py for the unsupervised models: no); true is a
+    # variant the report labels as such
+    eval_denoise: bool = False
+    train: dict[str, Any] = field(default_factory=dict)  # train keys for every PromptBERT item
+    backbones: dict[str, dict[str, Any]] = field(default_factory=dict)  # <backbone>: train keys
+
+    def __post_init__(self) -> None:
+        if self.templates not in PROMPTBERT_TEMPLATES:
+            _fail(
+                "frameworks.promptbert",
+                "templates",
+                self.templates,
+                f"one of {', '.join(PROMPTBERT_TEMPLATES)}",
+            )
+        _check_train_layers("frameworks.promptbert", self.train, self.backbones)
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """``frameworks.diffcse.pretrain``: the small MLM the ``pretrain_generator`` stage trains on the
+    corpus with the backbone's tokenizer (random init; no MLM can be downloaded offline)."""
+
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 2
+    steps: int = (
+        1500  # about 4 minutes on 2 cores (held-out MLM loss 6.9 from 10.3; distilbert is far better)
+    )
+    batch_size: int = 64
+    lr: float = 2.0e-3
+    mask_ratio: float = 0.15  # BERT's MLM rate
+    max_seq_len: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        s = "frameworks.diffcse.pretrain"
+        for key in ("hidden", "layers", "heads", "steps", "max_seq_len"):
+            if getattr(self, key) < 1:
+                _fail(s, key, getattr(self, key), "an integer >= 1")
+        if self.batch_size < 2:  # a batch of one sentence is dropped (batch_spans): no MLM batch at all
+            _fail(s, "batch_size", self.batch_size, "an integer >= 2")
+        if self.hidden % self.heads:
+            _fail(s, "hidden", self.hidden, f"a multiple of heads ({self.heads})")
+        if not (_finite(self.lr) and self.lr > 0):
+            _fail(s, "lr", self.lr, "a number > 0")
+        if self.seed < 0:
+            _fail(s, "seed", self.seed, "an integer >= 0")
+        if not 0 < self.mask_ratio < 1:
+            _fail(s, "mask_ratio", self.mask_ratio, "a number in (0, 1)")
+
+
+@dataclass(frozen=True)
+class DiffCSEConfig:
+    """``frameworks.diffcse``: DiffCSE's generator, masking, RTD weight and projector
+    (core/frameworks/diffcse.py; official bert-base values: mask 0.30, lambda 0.005, BatchNorm)."""
+
+    generator: str = ""  # "" = the pretrain_generator stage's MLM; else a hub id or an MLM folder
+    mask_ratio: float = 0.30
+    lambda_weight: float = 0.005
+    batchnorm: bool = True
+    pretrain: GeneratorConfig = field(default_factory=GeneratorConfig)
+    train: dict[str, Any] = field(default_factory=dict)
+    backbones: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s = "frameworks.diffcse"
+        if not 0 < self.mask_ratio < 1:
+            _fail(s, "mask_ratio", self.mask_ratio, "a number in (0, 1)")
+        if not (_finite(self.lambda_weight) and self.lambda_weight >= 0):
+            _fail(s, "lambda_weight", self.lambda_weight, "a number >= 0 (0 = SimCSE's loss)")
+        if self.generator and not (Path(self.generator).is_dir() or HUB_ID.match(self.generator)):
+            _fail(
+                s,
+                "generator",
+                self.generator,
+                "'' (the pretrain_generator stage's MLM), an MLM folder or a hub id",
+            )
+        _check_train_layers(s, self.train, self.backbones)
