@@ -110,7 +110,12 @@ def main() -> int:
     original = (ROOT / "params.yaml").read_text()
     tmp = Path(tempfile.mkdtemp(prefix="probes-"))
     offline = {k: v for k, v in env.items() if k != "FOCALCSE_DATA_MIRROR"}
-    offline.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HTTPS_PROXY="http://127.0.0.1:9")
+    offline.update(  # an empty download cache, and a proxy that refuses at once if a network is there
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HTTPS_PROXY="http://127.0.0.1:9",
+        FOCALCSE_CACHE=str(tmp / "cache"),
+    )
     probes: list[tuple[str, Callable[[], None], dict[str, str]]] = [
         ("batch_size -1", lambda: edit_params(lambda d: d["train"].update(batch_size=-1)), env),
         ("typo key", lambda: edit_params(lambda d: d["train"].update(learning_rat=1e-5)), env),

@@ -32,6 +32,10 @@ and ``README.md``:
   BN(h, affine=False)``. See :class:`BatchNormProjector`.
 
 Plain torch plus a Hugging Face encoder.
+
+One module of ~560 lines on purpose: a framework item's DVC deps name its framework as one file
+(``src/focalcse/core/frameworks/${item.framework}.py``), so DiffCSE's code changes retrain only DiffCSE
+items.
 """
 
 from __future__ import annotations
