@@ -144,7 +144,7 @@ def one_step(loop: Any, cfg: Any, idx: list[int], timers: Timers) -> float:
     loop.optimizer.step()
     loop.scheduler.step()
     timers.add("optimizer (zero_grad, clip, AdamW, schedule)", (z - t) + time.perf_counter() - now)
-    return float(loss)
+    return float(loss.detach())
 
 
 def main() -> int:

@@ -21,7 +21,6 @@ Prints a Markdown table; exits 1 if any probe changed an output or did not stop 
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import os
@@ -38,6 +37,9 @@ from typing import Any
 import yaml
 
 ROOT = Path.cwd()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from tiny_project import bad_mirror  # noqa: E402 - the tests' defective mirror copies
+
 WATCHED = ("models", "metrics", "data", "reports")
 
 
@@ -58,25 +60,6 @@ def edit_params(edit: Callable[[dict], None]) -> None:
     params = yaml.safe_load(path.read_text())
     edit(params)
     path.write_text(yaml.safe_dump(params, sort_keys=False))
-
-
-def bad_mirror(tmp: Path, mirror: Path, what: str) -> Path:
-    bad = tmp / f"mirror-{what}"
-    if what == "sts":
-        shutil.copytree(mirror / "senteval", bad / "senteval")
-        (bad / "corpus").symlink_to(mirror / "corpus")
-        csv = bad / "senteval/downstream/STS/STSBenchmark/sts-test.csv"
-        lines = csv.read_text(encoding="utf-8").split("\n")
-        cols = lines[7].split("\t")
-        cols[4] = "4.x"
-        lines[7] = "\t".join(cols)
-        csv.write_text("\n".join(lines), encoding="utf-8")
-    else:
-        (bad / "corpus").mkdir(parents=True)
-        (bad / "senteval").symlink_to(mirror / "senteval")
-        for f in (mirror / "corpus").iterdir():
-            (bad / "corpus" / f.name).write_bytes(gzip.compress(b"") if f.suffix == ".gz" else b"")
-    return bad
 
 
 def repro(env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
@@ -123,7 +106,7 @@ def main() -> int:
         (
             "malformed STS line",
             lambda: None,
-            {**env, "FOCALCSE_DATA_MIRROR": str(bad_mirror(tmp, mirror, "sts"))},
+            {**env, "FOCALCSE_DATA_MIRROR": str(bad_mirror(tmp, mirror, "sts-score"))},
         ),
         (
             "empty corpus",

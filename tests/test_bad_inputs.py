@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tiny_project import project_env, run
+from tiny_project import bad_mirror, project_env, run
 
 pytestmark = pytest.mark.slow
 
@@ -50,32 +50,6 @@ def _edit_params(project: Path, edit: Callable[[dict], None]) -> None:
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-def _bad_mirror(tmp: Path, mirror: Path, what: str) -> Path:
-    """A copy of the data mirror with one defect: a malformed STS-B score or an empty corpus."""
-    bad = tmp / f"mirror-{what}"
-    if what == "sts-score":
-        shutil.copytree(mirror / "senteval", bad / "senteval")
-        (bad / "corpus").symlink_to(mirror / "corpus")
-        csv = bad / "senteval/downstream/STS/STSBenchmark/sts-test.csv"
-        lines = csv.read_text(encoding="utf-8").split("\n")
-        cols = lines[7].split("\t")
-        cols[4] = "4.x"  # the score column
-        lines[7] = "\t".join(cols)
-        csv.write_text("\n".join(lines), encoding="utf-8")
-    else:
-        (bad / "corpus").mkdir(parents=True)
-        (bad / "senteval").symlink_to(mirror / "senteval")
-        for f in (mirror / "corpus").iterdir():
-            (bad / "corpus" / f.name).write_bytes(b"" if f.suffix != ".gz" else _empty_gz())
-    return bad
-
-
-def _empty_gz() -> bytes:
-    import gzip
-
-    return gzip.compress(b"")
-
-
 CASES = {
     "negative batch size": (
         lambda p, t, m: _edit_params(p, lambda d: d["train"].update(batch_size=-1)),
@@ -91,12 +65,12 @@ CASES = {
     ),
     "malformed STS score": (
         lambda p, t, m: _edit_params(
-            p, lambda d: d["data"].update(mirror=str(_bad_mirror(t, m, "sts-score")))
+            p, lambda d: d["data"].update(mirror=str(bad_mirror(t, m, "sts-score")))
         ),
         "sts-test.csv:8: score",
     ),
     "empty corpus": (
-        lambda p, t, m: _edit_params(p, lambda d: d["data"].update(mirror=str(_bad_mirror(t, m, "corpus")))),
+        lambda p, t, m: _edit_params(p, lambda d: d["data"].update(mirror=str(bad_mirror(t, m, "corpus")))),
         "no non-blank sentence",
     ),
     "no mirror, offline": (

@@ -156,3 +156,28 @@ def changed_stages(status: str) -> set[str]:
     return {
         line.rstrip().rstrip(":") for line in status.splitlines() if line.strip() and not line[0].isspace()
     } - {"Data and pipelines are up to date."}
+
+
+def bad_mirror(tmp: Path, mirror: Path, what: str) -> Path:
+    """A copy of the data ``mirror`` under ``tmp`` with one defect: ``sts-score`` (a malformed STS-B
+    test score on line 8: ``4.x``) or ``corpus`` (an empty corpus); the rest is linked, not copied."""
+    import gzip
+
+    bad = tmp / f"mirror-{what}"
+    if what == "sts-score":
+        shutil.copytree(mirror / "senteval", bad / "senteval")
+        (bad / "corpus").symlink_to(mirror / "corpus")
+        csv = bad / "senteval/downstream/STS/STSBenchmark/sts-test.csv"
+        lines = csv.read_text(encoding="utf-8").split("\n")
+        cols = lines[7].split("\t")
+        cols[4] = "4.x"  # the score column
+        lines[7] = "\t".join(cols)
+        csv.write_text("\n".join(lines), encoding="utf-8")
+    elif what == "corpus":
+        (bad / "corpus").mkdir(parents=True)
+        (bad / "senteval").symlink_to(mirror / "senteval")
+        for f in (mirror / "corpus").iterdir():
+            (bad / "corpus" / f.name).write_bytes(gzip.compress(b"") if f.suffix == ".gz" else b"")
+    else:
+        raise ValueError(f"bad_mirror: {what!r}: expected 'sts-score' or 'corpus'")
+    return bad
