@@ -91,7 +91,9 @@ def test_tracking_off_touches_nothing(monkeypatch, tmp_path) -> None:
     assert tracking.log_summary_run(params, [tmp_path]) is None
 
 
-def test_the_run_opens_beside_the_body_and_its_error_surfaces_at_the_first_step(monkeypatch, tmp_path) -> None:
+def test_the_run_opens_beside_the_body_and_its_error_surfaces_at_the_first_step(
+    monkeypatch, tmp_path
+) -> None:
     """The run is opened by a background thread; the first log_metrics waits for it. An opening that
     fails raises its own error there; a body that fails first keeps its error."""
     from focalcse.ops.tracking import runs
@@ -107,7 +109,10 @@ def test_the_run_opens_beside_the_body_and_its_error_surfaces_at_the_first_step(
 
     monkeypatch.setattr(runs, "_open_train_run", failing_open)
     item = ("all-MiniLM-L6-v2", "infonce", 1)
-    with pytest.raises(ConnectionRefusedError, match="store refused"), tracking.train_run(params, *item) as run:
+    with (
+        pytest.raises(ConnectionRefusedError, match="store refused"),
+        tracking.train_run(params, *item) as run,
+    ):
         assert calls == []  # not opened yet: the body (model loading) goes on beside it
         run.log_metrics({"loss": 1.0}, 1)
     with pytest.raises(ValueError, match="the body's own"), tracking.train_run(params, *item):
