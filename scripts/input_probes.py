@@ -74,7 +74,9 @@ def summarize(name: str, proc: subprocess.CompletedProcess, wall: float, same: b
         "probe": name,
         "returncode": proc.returncode,
         "wall_seconds": round(wall, 1),
-        "errors": [line for line in out.splitlines() if line.startswith(("error:", "ERROR:"))],
+        # the stage's own one-line errors, and DVC's wrapper lines (``ERROR: failed to reproduce ...``)
+        "errors": [line for line in out.splitlines() if line.startswith("error:")],
+        "dvc_errors": [line for line in out.splitlines() if line.startswith("ERROR:")],
         "traceback": "Traceback" in out,
         "stages_run": re.findall(r"Running stage '([^']+)'", out),
         "unchanged": same,
@@ -156,7 +158,7 @@ def main() -> int:
     print("\n| probe | exit | wall (s) | error line | traceback | stages run | outputs unchanged |")
     print("|---|---:|---:|---|---|---|---|")
     for r in results:
-        err = (r["errors"][0] if r["errors"] else "-").replace("|", "\\|")[:160]
+        err = ([*r["errors"], *r["dvc_errors"], "-"][0]).replace("|", "\\|")[:160]
         print(
             f"| {r['probe']} | {r['returncode']} | {r['wall_seconds']} | {err} | {r['traceback']} | "
             f"{', '.join(r['stages_run']) or '-'} | {r['unchanged']} |"
