@@ -55,9 +55,11 @@ def test_evaluate_writes_metrics_json(tiny_model: Path, data_mirror: Path, tmp_p
     expected = {
         t: ref.task_score(embed, ref.read_task(downstream, t))[0] for t in ("STSBenchmark", "SICKRelatedness")
     }
-    assert {t: result[t] for t in expected} == pytest.approx(expected, abs=1e-4)
-    assert {t: result["wmean"][t] for t in expected} == pytest.approx(expected, abs=1e-4)
-    assert result["avg"] == pytest.approx(sum(expected.values()) / 2, abs=1e-4)
+    # Spearman x 100; the two fp32 paths (sorted batches vs one sentence at a time) can swap near-tied
+    # ranks: 1.8e-4 apart on an Intel Xeon (AVX-512 kernels), below 1e-4 on an AMD EPYC
+    assert {t: result[t] for t in expected} == pytest.approx(expected, abs=1e-3)
+    assert {t: result["wmean"][t] for t in expected} == pytest.approx(expected, abs=1e-3)
+    assert result["avg"] == pytest.approx(sum(expected.values()) / 2, abs=1e-3)
     align, uniform = ref.alignment_uniformity(embed, ref.read_task(downstream, "STSBenchmark-dev")["test"])
     assert result["alignment"] == pytest.approx(align, rel=1e-4)
     assert result["uniformity"] == pytest.approx(uniform, rel=1e-4)
