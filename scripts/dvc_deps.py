@@ -60,14 +60,17 @@ OWN_LOSS = {
 OWN_FRAMEWORK = {
     "train_framework": "${item.framework}",
     "evaluate_framework": "${item.framework}",
-    "pretrain_generator": "diffcse",  # DiffCSE's generator: its masking
+    "pretrain_generator": "${item.framework}",
 }
+# A framework item lists its framework's module and its settings module (the SPEC's "settings").
+FRAMEWORK_FOLDERS = (FRAMEWORKS_DIR, f"{FRAMEWORKS_DIR}/settings")
 # Comments written after a generated line (a kept line keeps its own comment).
 COMMENTS = {
     f"{LOSSES_DIR}/__init__.py": "the registry (reads every SPEC, imports none)",
     f"{LOSSES_DIR}/${{item.loss}}.py": "its own loss only: a new loss retrains nothing",
     f"{LOSSES_DIR}/${{ablation.loss}}.py": "its own loss only: a new loss retrains nothing",
     f"{FRAMEWORKS_DIR}/${{item.framework}}.py": "its own framework only",
+    f"{FRAMEWORKS_DIR}/settings/${{item.framework}}.py": "its own framework's settings only",
 }
 _CODE_LINE = re.compile(r"^(?P<indent>\s+)- (?P<path>(?:stages|src)/\S+?)(?P<comment>\s+#.*)?$")
 _STAGE_LINE = re.compile(r"^  (?P<name>[A-Za-z_][\w-]*):\s*$")
@@ -188,18 +191,26 @@ def loss_modules() -> list[str]:
 
 
 def framework_modules() -> list[str]:
-    from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS
+    """Every registered framework in the package (each with its settings module in settings/)."""
+    from focalcse.core.frameworks import framework_names, framework_spec
 
-    return [f for f in FRAMEWORKS if f != BASE_FRAMEWORK]
+    names = [f for f in framework_names() if framework_spec(f).module.startswith("focalcse.")]
+    for name in names:
+        wanted = f"focalcse.core.frameworks.settings.{name}"
+        if framework_spec(name).settings_module != wanted:
+            raise ValueError(
+                f"framework {name}: SPEC settings must live in {wanted} (one file per item's deps)"
+            )
+    return names
 
 
-def _own(stage: str) -> list[tuple[str, str, list[str]]]:
-    """(template, folder, the values it can take) of each module the stage picks per item."""
+def _own(stage: str) -> list[tuple[str, tuple[str, ...], list[str]]]:
+    """(template, its folders, the values it can take) of each module set the stage picks per item."""
     out = []
     if stage in OWN_LOSS:
-        out.append((OWN_LOSS[stage], LOSSES_DIR, loss_modules()))
+        out.append((OWN_LOSS[stage], (LOSSES_DIR,), loss_modules()))
     if stage in OWN_FRAMEWORK:
-        out.append((OWN_FRAMEWORK[stage], FRAMEWORKS_DIR, framework_modules()))
+        out.append((OWN_FRAMEWORK[stage], FRAMEWORK_FOLDERS, framework_modules()))
     return out
 
 
@@ -207,26 +218,28 @@ def code_deps(stage: str, cmd: str) -> list[str]:
     """The stage's code deps as dvc.yaml lists them: the script, its sibling modules, then src/ in
     order; a per-item module appears as its template (``src/.../${item.loss}.py``).
 
-    Every value a template can take must add exactly its own module to the common closure;
-    otherwise one templated line cannot describe the items, and this raises."""
+    A module that only some values' closures reach (DiffCSE's generator imports the training loop;
+    PromptBERT's generator item does not) is listed for every item: a superset is safe (it can only
+    rerun an item whose output then comes out the same). A per-item module of another value (one
+    framework importing another's module) cannot be said by one templated line, and this raises."""
     script = stage_script(cmd)
     own = _own(stage)
     combos: list[list[tuple[str, str]]] = [[]]
-    for t, folder, values in own:
-        values = values if "${" in t else [t]  # a fixed module (pretrain_generator: diffcse)
-        combos = [[*c, (f"{folder}/{v}.py", t)] for c in combos for v in values]
+    for t, folders, values in own:
+        values = values if "${" in t else [t]  # a fixed module
+        combos = [[*c, *((f"{folder}/{v}.py", t) for folder in folders)] for c in combos for v in values]
     observers = OBSERVERS - OBSERVER_OUTPUTS.get(stage, frozenset())
     closures = [(c, closure(script, *(ROOT / f for f, _ in c), observers=observers)) for c in combos]
-    common = set.intersection(*(s for _, s in closures))
+    per_item = {f for combo, _ in closures for f, _ in combo}
     for combo, found in closures:
-        extra = found - common - {f for f, _ in combo}
-        if extra:
+        other = (found & per_item) - {f for f, _ in combo}
+        if other:
             picked = ", ".join(f for f, _ in combo)
             raise ValueError(
-                f"{stage}: with {picked} it also imports {sorted(extra)}; one templated line cannot say that"
+                f"{stage}: with {picked} it also imports {sorted(other)}; one templated line cannot say that"
             )
-    per_item = {f for combo, _ in closures for f, _ in combo}
-    lines = sorted(common - per_item) + [f"{folder}/{t}.py" for t, folder, _ in own]
+    common = set.union(*(s for _, s in closures))
+    lines = sorted(common - per_item) + [f"{folder}/{t}.py" for t, folders, _ in own for folder in folders]
     rel_script = script.relative_to(ROOT).as_posix()
     siblings = sorted(p for p in lines if p.startswith("stages/") and p != rel_script)
     src = sorted({p for p in lines if p.startswith("src/")})

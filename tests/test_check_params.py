@@ -24,7 +24,16 @@ from typing import Any, get_type_hints
 import pytest
 import yaml
 
-from focalcse.config import ConfigError, Params, TrainConfig, batch_spans, load_params, training_steps
+from focalcse.config import (
+    ConfigError,
+    FrameworksConfig,
+    Params,
+    TrainConfig,
+    batch_spans,
+    load_params,
+    training_steps,
+)
+from focalcse.core.frameworks import framework_names, settings_class
 from focalcse.core.losses import hyper_params
 from focalcse.data.sources import MIRROR_ENV
 from focalcse.paramsets import load_any
@@ -106,6 +115,11 @@ def _cases() -> list[tuple[str, tuple[str, ...], Any, str]]:
         section = ".".join(path)
         out.append((f"{section}=<list>", path, NOT_A_MAPPING, section))  # a section must be a mapping
         out.append((f"{section}.{UNKNOWN}", (*path, UNKNOWN), 1, UNKNOWN))
+        if cls is FrameworksConfig:  # one block per registered framework, its SPEC's settings class
+            for name in framework_names():
+                if (klass := settings_class(name)) is not None:
+                    walk(klass, (*path, name))
+            return
         hints = get_type_hints(cls)
         for f in dataclasses.fields(cls):
             hint = hints[f.name]

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS
+from focalcse.core.frameworks import framework_names
 from focalcse.core.losses import loss_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,9 +86,7 @@ def rendered_stages() -> list[tuple[str, str, list[str], dict[str, Any]]]:
             if "backbone" in axes and not axes["backbone"]:  # sweep.framework_backbones: [] in params.yaml
                 axes["backbone"] = list(params["sweep"]["backbones"])
             if "framework" in axes:  # every framework besides SimCSE, whatever params.yaml lists
-                axes["framework"] += [
-                    f for f in FRAMEWORKS if f != BASE_FRAMEWORK and f not in axes["framework"]
-                ]
+                axes["framework"] += [f for f in framework_names() if f not in axes["framework"]]
             items = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
         for item in items:
             context = {**params, "item": item}
@@ -121,8 +119,9 @@ def expected_closure(stage: str, context: dict[str, Any]) -> set[str]:
         roots.append(SRC / "focalcse" / "core" / "losses" / f"{loss}.py")
         assert roots[-1].is_file(), f"{stage}: no loss module {roots[-1]}"
     if stage in OWN_FRAMEWORK:
-        roots.append(ROOT / FRAMEWORKS_DIR / f"{_render(OWN_FRAMEWORK[stage], context)}.py")
-        assert roots[-1].is_file(), f"{stage}: no framework module {roots[-1]}"
+        for folder in dvc_deps.FRAMEWORK_FOLDERS:
+            roots.append(ROOT / folder / f"{_render(OWN_FRAMEWORK[stage], context)}.py")
+            assert roots[-1].is_file(), f"{stage}: no framework module {roots[-1]}"
     observers = dvc_deps.OBSERVERS - dvc_deps.OBSERVER_OUTPUTS.get(stage, frozenset())
     return closure(*roots, observers=observers)
 
@@ -173,20 +172,23 @@ def test_training_stages_depend_on_their_own_loss_only() -> None:
 
 
 def test_stages_depend_on_their_own_framework_only() -> None:
-    """SimCSE's stages (and every other) depend on no framework module, so editing PromptBERT or
-    DiffCSE reruns only their own items; a framework item lists its own module and no other's."""
-    modules = {f"{FRAMEWORKS_DIR}/{f}.py" for f in FRAMEWORKS if f != BASE_FRAMEWORK}
+    """SimCSE's stages (and every other) depend on no framework module and no framework's settings,
+    so editing PromptBERT or DiffCSE (code or settings) reruns only their own items; a framework item
+    lists its own module and settings module and no other's."""
+    folders = dvc_deps.FRAMEWORK_FOLDERS
+    modules = {f"{folder}/{f}.py" for f in framework_names() for folder in folders}
+    assert len(modules) == 2 * len(framework_names()) and all((ROOT / m).is_file() for m in modules)
     checked = set()
     for stage, name, deps, context in rendered_stages():
         own = (
-            {f"{FRAMEWORKS_DIR}/{_render(OWN_FRAMEWORK[stage], context)}.py"}
+            {f"{folder}/{_render(OWN_FRAMEWORK[stage], context)}.py" for folder in folders}
             if stage in OWN_FRAMEWORK
             else set()
         )
         assert {d for d in deps if d in modules} == own, f"{name}: framework deps {deps}"
         assert not any(_covered(m, [d]) for m in modules for d in deps if d not in modules), f"{name}: {deps}"
         checked.add(stage)
-    assert checked >= {"train", "evaluate", "train_framework", "evaluate_framework"}
+    assert checked >= {"train", "evaluate", "train_framework", "evaluate_framework", "pretrain_generator"}
 
 
 def test_dep_checks_can_fail() -> None:
@@ -206,10 +208,26 @@ def test_own_loss_stages_exist(stage: str) -> None:
 
 def test_no_stage_lists_code_it_does_not_import() -> None:
     """The other direction: a code dep outside the closure reruns the stage for an edit that cannot
-    change its output (e.g. every stage depending on the training loop through an error class)."""
+    change its output (e.g. every stage depending on the training loop through an error class).
+
+    One templated deps list serves every item of a stage, so a module that only some items' own
+    framework reaches (DiffCSE's generator imports the training loop) is listed for all of them
+    (``dvc_deps.code_deps``): the bound is the union of the stage's items' closures."""
+    stages = rendered_stages()
+    union: dict[str, set[str]] = {}
+    for stage, _, _, context in stages:
+        union.setdefault(stage, set()).update(expected_closure(stage, context))
     extra: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    for stage, name, deps, context in rendered_stages():
-        needed = expected_closure(stage, context)
+    for stage, name, deps, context in stages:
+        own = (
+            {f"{folder}/{_render(OWN_FRAMEWORK[stage], context)}.py" for folder in dvc_deps.FRAMEWORK_FOLDERS}
+            if stage in OWN_FRAMEWORK
+            else set()
+        )
+        own |= {f"{LOSSES_DIR}/{_render(OWN_LOSS[stage], context)}.py"} if stage in OWN_LOSS else set()
+        needed = {f for f in union[stage] if f in own or not _is_per_item(f)} | expected_closure(
+            stage, context
+        )
         code = [d for d in deps if d.startswith(("stages/", "src/"))]
         unused = tuple(d for d in code if not any(f == d or f.startswith(f"{d}/") for f in needed))
         if unused:
@@ -218,6 +236,14 @@ def test_no_stage_lists_code_it_does_not_import() -> None:
         f"{stage} ({', '.join(names)}) lists:\n    " + "\n    ".join(u) for (stage, u), names in extra.items()
     ]
     assert not extra, "dvc.yaml deps list code the stage never imports:\n" + "\n".join(report)
+
+
+def _is_per_item(path: str) -> bool:
+    """A loss, framework or framework-settings module: listed for its own items only."""
+    folders = (LOSSES_DIR, *dvc_deps.FRAMEWORK_FOLDERS)
+    return any(path.rpartition("/")[0] == f for f in folders) and not path.endswith(
+        ("__init__.py", "base.py")
+    )
 
 
 # ---------------------------------------------------------------- the writer

@@ -142,7 +142,7 @@ def test_config_cli_shows_a_framework(tmp_path: Path) -> None:
         text=True,
     )
     assert (
-        bad.returncode != 0 and "--framework 'x': expected one of simcse, promptbert, diffcse" in bad.stderr
+        bad.returncode != 0 and "--framework 'x': expected one of simcse, diffcse, promptbert" in bad.stderr
     )
 
 
@@ -275,7 +275,9 @@ RESUME = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     from transformers import AutoTokenizer
-    from focalcse.config import DiffCSEConfig, PromptBERTConfig, TrainConfig
+    from focalcse.config import TrainConfig
+    from focalcse.core.frameworks.settings.diffcse import DiffCSEConfig
+    from focalcse.core.frameworks.settings.promptbert import PromptBERTConfig
     from focalcse.core.training import train
     import importlib
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tiny_project import project_env, run
+from tiny_project import changed_stages, project_env, run
 
 pytestmark = pytest.mark.slow  # two full `dvc repro` runs of the tiny project
 
@@ -54,16 +54,20 @@ def test_simcse_items_are_not_rerun(fw_project) -> None:
         for seed in (1, 2)
     }
     assert expected <= ran
-    assert "pretrain_generator@tiny" in ran
+    # one generator item per framework: DiffCSE's trains an MLM, PromptBERT's only records that it needs none
+    assert {"pretrain_generator@diffcse-tiny", "pretrain_generator@promptbert-tiny"} <= ran
 
 
 def test_generator_trained_and_recorded(fw_project) -> None:
     project, _ = fw_project
-    record = json.loads((project / "models/generators/tiny/generator.json").read_text())
-    assert record["pretrained"] is True and (project / "models/generators/tiny/config.json").is_file()
+    record = json.loads((project / "models/generators/diffcse/tiny/generator.json").read_text())
+    assert record["pretrained"] is True and (project / "models/generators/diffcse/tiny/config.json").is_file()
+    none = json.loads((project / "models/generators/promptbert/tiny/generator.json").read_text())
+    assert none["pretrained"] is False and none["reason"] == "promptbert needs no generator"
+    assert [p.name for p in (project / "models/generators/promptbert/tiny").iterdir()] == ["generator.json"]
     diff = json.loads((project / "models/diffcse/tiny/infonce/seed1/focalcse.json").read_text())
     assert diff["extra"]["framework"]["name"] == "diffcse"
-    assert diff["extra"]["framework"]["generator"] == "models/generators/tiny"
+    assert diff["extra"]["framework"]["generator"] == "models/generators/diffcse/tiny"
 
 
 def test_promptbert_model_rescores_identically(fw_project, tmp_path) -> None:
@@ -109,3 +113,27 @@ def test_significance_and_report_carry_the_frameworks(fw_project) -> None:
     for fw in FRAMEWORKS:
         ev = json.loads((project / f"metrics/eval/{fw}-tiny-infonce-seed2.json").read_text())
         assert set(TASKS) <= set(ev) and "alignment" in ev
+
+
+def test_a_diffcse_change_reruns_only_diffcse_items(fw_project, tmp_path) -> None:
+    """Edit-cost probe: a new DiffCSE setting (its settings code, its module and its params) marks
+    only DiffCSE's items changed; no SimCSE and no PromptBERT item."""
+    project = Path(shutil.copytree(fw_project[0], tmp_path / "repo", symlinks=True))
+    env = project_env(project)
+    settings = project / "src/focalcse/core/frameworks/settings/diffcse.py"
+    settings.write_text(
+        settings.read_text().replace(
+            "    batchnorm: bool = True\n",
+            "    batchnorm: bool = True\n    new_setting: float = 1.0  # an edit-cost probe\n",
+        )
+    )
+    assert "new_setting" in settings.read_text()
+    module = project / "src/focalcse/core/frameworks/diffcse.py"
+    module.write_text(module.read_text() + "\n# an edit-cost probe\n")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["frameworks"]["diffcse"]["new_setting"] = 2.0
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    # the report prints every framework's settings (its params include `frameworks`): it is the one other
+    changed = changed_stages(run(["dvc", "status"], project, env).stdout) - {"check", "report"}
+    assert changed and all("@diffcse-" in s for s in changed), changed
+    assert {"pretrain_generator@diffcse-tiny", "train_framework@diffcse-tiny-infonce-1"} <= changed

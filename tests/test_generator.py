@@ -1,4 +1,4 @@
-"""DiffCSE's generator: the small MLM the ``pretrain_generator`` stage trains (core/frameworks/generator.py,
+"""DiffCSE's generator: the small MLM the ``pretrain_generator`` stage trains (core/frameworks/diffcse.py,
 steps/pretrain_generator.py, stages/pretrain_generator.py).
 
 A tiny GeneratorConfig (hidden 32, 1 layer, 2 heads, batch 8) with the MiniLM tokenizer and a corpus
@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from focalcse.config import DiffCSEConfig, FrameworksConfig, GeneratorConfig, Params, SweepConfig
-from focalcse.core.frameworks.generator import RECORD_FILE, pretrain_mlm
+from focalcse.config import FrameworksConfig, Params, SweepConfig
+from focalcse.core.frameworks.diffcse import RECORD_FILE, pretrain_mlm
+from focalcse.core.frameworks.settings.diffcse import DiffCSEConfig, GeneratorConfig
 from focalcse.layout import Layout
 from focalcse.steps import pretrain_generator
 from focalcse.steps.pretrain_generator import generator_source
@@ -47,7 +48,7 @@ def make_params(frameworks: tuple[str, ...] = ("diffcse",), generator: str = "",
         sweep=SweepConfig(
             frameworks=frameworks, framework_backbones=("all-MiniLM-L6-v2",) if frameworks else ()
         ),
-        frameworks=FrameworksConfig(diffcse=DiffCSEConfig(generator=generator, pretrain=pretrain)),
+        frameworks=FrameworksConfig((("diffcse", DiffCSEConfig(generator=generator, pretrain=pretrain)),)),
     )
 
 
@@ -118,29 +119,32 @@ def test_step_trains_when_diffcse_uses_its_own_generator(tmp_path, minilm_path):
     layout = Layout.at(tmp_path)
     write_corpus(layout.corpus_file)
     params = make_params()
-    record = pretrain_generator.run(params, layout, BACKBONE, progress=False)
-    folder = layout.generator_dir(BACKBONE)
+    record = pretrain_generator.run(params, layout, "diffcse", BACKBONE, progress=False)
+    folder = layout.generator_dir("diffcse", BACKBONE)
     assert record["pretrained"] is True and record["backbone"] == BACKBONE
     assert record["backbone_source"] == BACKBONE
     assert {"git_commit", "versions", "hardware"} <= set(record["meta"])
-    assert generator_source(params, layout, BACKBONE) == str(folder)
+    assert generator_source(params, layout, "diffcse", BACKBONE) == str(folder)
     # other pretrain settings than the folder was trained with: stale, the stage must run again
     changed = make_params(pretrain=GeneratorConfig(hidden=32, layers=1, heads=2, steps=4, batch_size=8))
     with pytest.raises(FileNotFoundError, match="pretrain_generator"):
-        generator_source(changed, layout, BACKBONE)
+        generator_source(changed, layout, "diffcse", BACKBONE)
 
 
 @pytest.mark.parametrize(
-    ("frameworks", "generator", "reason"),
-    [((), "", "sweep.frameworks"), (("diffcse",), "org/some-mlm", "frameworks.diffcse.generator")],
+    ("framework", "generator", "reason"),
+    [
+        ("promptbert", "", "promptbert needs no generator"),
+        ("diffcse", "org/some-mlm", "frameworks.diffcse.generator"),
+    ],
 )
-def test_step_without_training_writes_only_the_record(tmp_path, frameworks, generator, reason):
+def test_step_without_training_writes_only_the_record(tmp_path, framework, generator, reason):
     layout = Layout.at(tmp_path)
-    folder = layout.generator_dir(BACKBONE)
+    folder = layout.generator_dir(framework, BACKBONE)
     folder.mkdir(parents=True)
     (folder / "model.safetensors").write_text("stale")  # an earlier trained model does not linger
-    params = make_params(frameworks, generator)
-    record = pretrain_generator.run(params, layout, BACKBONE, progress=False)
+    params = make_params((framework,), generator)
+    record = pretrain_generator.run(params, layout, framework, BACKBONE, progress=False)
     assert [p.name for p in folder.iterdir()] == [RECORD_FILE]
     written = json.loads((folder / RECORD_FILE).read_text())
     assert written == record
@@ -148,10 +152,7 @@ def test_step_without_training_writes_only_the_record(tmp_path, frameworks, gene
     assert reason in written["reason"]
     assert {"git_commit", "versions"} <= set(written["meta"])
     if generator:
-        assert generator_source(params, layout, BACKBONE) == generator
-    else:
-        with pytest.raises(FileNotFoundError, match=r"holds no trained MLM \(diffcse is not in sweep"):
-            generator_source(params, layout, BACKBONE)
+        assert generator_source(params, layout, "diffcse", BACKBONE) == generator
 
 
 def test_step_without_training_imports_no_torch(tmp_path):
@@ -160,17 +161,17 @@ def test_step_without_training_imports_no_torch(tmp_path):
         "from focalcse.config import Params\n"
         "from focalcse.layout import Layout\n"
         "from focalcse.steps import pretrain_generator\n"
-        f"pretrain_generator.run(Params(), Layout.at({str(tmp_path)!r}), 'all-MiniLM-L6-v2')\n"
+        f"pretrain_generator.run(Params(), Layout.at({str(tmp_path)!r}), 'promptbert', 'all-MiniLM-L6-v2')\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
-    assert (Layout.at(tmp_path).generator_dir(BACKBONE) / RECORD_FILE).is_file()
+    assert (Layout.at(tmp_path).generator_dir("promptbert", BACKBONE) / RECORD_FILE).is_file()
 
 
 @pytest.mark.parametrize("state", ["missing", "empty", "record_only", "no_weights"])
 def test_generator_source_names_the_stage_when_no_model(tmp_path, state):
     layout = Layout.at(tmp_path)
-    folder = layout.generator_dir(BACKBONE)
+    folder = layout.generator_dir("diffcse", BACKBONE)
     if state != "missing":
         folder.mkdir(parents=True)
     if state in ("record_only", "no_weights"):
@@ -179,7 +180,7 @@ def test_generator_source_names_the_stage_when_no_model(tmp_path, state):
     if state == "no_weights":
         (folder / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError) as err:
-        generator_source(make_params(), layout, BACKBONE)
+        generator_source(make_params(), layout, "diffcse", BACKBONE)
     message = str(err.value)
     assert "pretrain_generator" in message and BACKBONE in message and str(folder) in message
     if state == "no_weights":
@@ -191,7 +192,13 @@ def test_stage_entry_point(tmp_path):
     (tmp_path / "params.yaml").write_text("sweep:\n  backbones: [all-MiniLM-L6-v2]\n")
     env = {**os.environ, "FOCALCSE_PARAMS": str(tmp_path / "params.yaml")}
     done = subprocess.run(
-        [sys.executable, str(REPO / "stages" / "pretrain_generator.py"), BACKBONE],
+        [
+            sys.executable,
+            str(REPO / "stages" / "pretrain_generator.py"),
+            BACKBONE,
+            "--framework",
+            "promptbert",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -199,8 +206,8 @@ def test_stage_entry_point(tmp_path):
         timeout=120,
         check=True,
     )
-    record_file = Layout.at(tmp_path).generator_dir(BACKBONE) / RECORD_FILE
+    record_file = Layout.at(tmp_path).generator_dir("promptbert", BACKBONE) / RECORD_FILE
     assert json.loads(record_file.read_text())["pretrained"] is False
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"pretrain_generator {BACKBONE}: ")
+    assert len(lines) == 1 and lines[0].startswith(f"pretrain_generator promptbert-{BACKBONE}: ")
     assert "generator.json" in lines[0]

@@ -87,7 +87,7 @@ DATA_DEPS = {  # stage -> the data and model deps besides the check file
     "train": s(L.corpus_file, L.sts_dir),
     "evaluate": s(L.model_dir(*RUN), L.sts_dir),
     "pretrain_generator": s(L.corpus_file),
-    "train_framework": s(L.corpus_file, L.sts_dir, L.generator_dir(BACKBONE)),
+    "train_framework": s(L.corpus_file, L.sts_dir, L.generator_dir("diffcse", BACKBONE)),
     "evaluate_framework": s(L.model_dir(*RUN, "diffcse"), L.sts_dir),
     "significance": s(L.eval_dir),
     "ablate_tau": ABLATION_DATA,
@@ -108,7 +108,7 @@ DATA_DEPS = {  # stage -> the data and model deps besides the check file
 ITEM_OF = {
     "train_framework": (*RUN, "diffcse"),
     "evaluate_framework": (*RUN, "diffcse"),
-    "pretrain_generator": (BACKBONE,),
+    "pretrain_generator": (BACKBONE, "", 0, "diffcse"),
     "hard_negatives": (BACKBONE, LOSS),
 }
 

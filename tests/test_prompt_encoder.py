@@ -16,7 +16,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from focalcse.config import PromptBERTConfig
 from focalcse.core.encode import encode, encode_token_ids, tokenize_unique
 from focalcse.core.frameworks.promptbert import (
     BERT_EVAL_TEMPLATE,
@@ -28,6 +27,7 @@ from focalcse.core.frameworks.promptbert import (
     training_setup,
     training_views,
 )
+from focalcse.core.frameworks.settings.promptbert import PromptBERTConfig
 from focalcse.core.losses.infonce import InfoNCE
 from focalcse.core.model import RECORD_FILE, EncoderRecord, SentenceEncoder, read_record, record_json
 from focalcse.eval.sts_eval import evaluate_sts, stsb_dev_evaluator

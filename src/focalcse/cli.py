@@ -55,7 +55,7 @@ def _config(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from focalcse.config import FRAMEWORKS, ConfigError
+    from focalcse.config import ConfigError, all_frameworks
     from focalcse.paramsets import load_any
 
     try:
@@ -75,8 +75,8 @@ def _config(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--seed {args.seed}: expected one of {args.params}'s sweep.seeds ({', '.join(map(str, sw.seeds))})"
         )
-    if args.framework not in FRAMEWORKS:
-        raise ValueError(f"--framework {args.framework!r}: expected one of {', '.join(FRAMEWORKS)}")
+    if args.framework not in all_frameworks():
+        raise ValueError(f"--framework {args.framework!r}: expected one of {', '.join(all_frameworks())}")
     if args.framework not in sw.all_frameworks:
         print(
             f"note: {args.params} does not train {args.framework} (sweep.frameworks: {list(sw.frameworks)}); "
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     cf.add_argument(
         "--framework",
         default="simcse",
-        help="simcse (default) | promptbert | diffcse: adds frameworks.<F>'s train keys and its own settings",
+        help="simcse (default) or a registered framework: adds frameworks.<F>'s train keys and its own settings",
     )
     cf.set_defaults(func=_config)
     ps = sub.add_parser("params", help="parameter sets: params/<name>.yaml overlays on params.yaml")

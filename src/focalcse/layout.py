@@ -77,7 +77,7 @@ class TrainItem:
     metrics_file: Path
     curve_file: Path
     dev_file: Path
-    generator_dir: Path | None = None  # DiffCSE's generator (the pretrain_generator item)
+    prepared_dir: Path | None = None  # the framework's pretrain_generator item (None: SimCSE)
 
     @property
     def json_outputs(self) -> tuple[Path, Path, Path, Path]:
@@ -136,10 +136,11 @@ class Layout:
     def generators_dir(self) -> Path:
         return self.models_dir / "generators"
 
-    def generator_dir(self, backbone: str) -> Path:
-        """The ``pretrain_generator`` item of ``backbone``: DiffCSE's MLM generator trained here (or a
-        record naming the configured hub id / folder instead)."""
-        return self.generators_dir / safe_name(backbone)
+    def generator_dir(self, framework: str, backbone: str) -> Path:
+        """The ``pretrain_generator`` item of ``framework`` and ``backbone``: the MLM generator trained
+        here for a framework that needs one, or a record saying why none is (another framework; a
+        configured hub id / folder)."""
+        return self.generators_dir / framework / safe_name(backbone)
 
     # ---------------------------------------------------------------- metrics
     @property
@@ -206,7 +207,7 @@ class Layout:
             metrics_file=self.train_metrics(backbone, loss, seed, framework),
             curve_file=self.loss_curve(backbone, loss, seed, framework),
             dev_file=self.dev_curve(backbone, loss, seed, framework),
-            generator_dir=self.generator_dir(backbone),
+            prepared_dir=None if framework == BASE_FRAMEWORK else self.generator_dir(framework, backbone),
         )
 
     # ---------------------------------------------------------------- every stage's outputs
@@ -239,7 +240,7 @@ class Layout:
                 | with_companions(self.train_metrics(*item), "meta")
             ),
             "evaluate": lambda: with_companions(self.eval_metrics(*item), "meta", "subsets"),
-            "pretrain_generator": lambda: {self.generator_dir(backbone)},
+            "pretrain_generator": lambda: {self.generator_dir(framework, backbone)},
             "significance": lambda: (
                 with_companions(self.significance_file, "meta") | with_companions(self.summary_file, "meta")
             ),

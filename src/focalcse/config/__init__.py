@@ -7,7 +7,9 @@ hyper-parameters come from the torch-free registry (:mod:`focalcse.core.losses`)
 
 The package sits above the core: it loads, merges and validates (:mod:`.params`, :mod:`.sections`).
 The settings the core consumes are the core's own, torch-free (:mod:`focalcse.core.settings`: the train
-config; :mod:`focalcse.core.frameworks.settings`: each framework's), re-exported here.
+config, re-exported here). Each framework's settings class is its own (named by its registry ``SPEC``,
+:mod:`focalcse.core.frameworks`) and is not re-exported: a stage imports no framework's settings
+statically, so only that framework's items depend on them.
 """
 
 from focalcse.config.params import (
@@ -19,7 +21,6 @@ from focalcse.config.params import (
     load_params,
 )
 from focalcse.config.sections import (
-    FRAMEWORKS,
     PRECISIONS,
     AblationConfig,
     DataConfig,
@@ -30,12 +31,7 @@ from focalcse.config.sections import (
     SweepConfig,
     TrackingConfig,
 )
-from focalcse.core.frameworks.settings import (
-    PROMPTBERT_TEMPLATES,
-    DiffCSEConfig,
-    GeneratorConfig,
-    PromptBERTConfig,
-)
+from focalcse.core.frameworks import all_frameworks
 from focalcse.core.settings import (
     ITEM_KEYS,
     TRAIN_PRECISIONS,
@@ -49,27 +45,23 @@ from focalcse.layout import BASE_FRAMEWORK
 
 __all__ = [
     "BASE_FRAMEWORK",
-    "FRAMEWORKS",
     "ITEM_KEYS",
     "OTHER_SECTIONS",
     "PRECISIONS",
-    "PROMPTBERT_TEMPLATES",
     "SECTIONS",
     "TRAIN_PRECISIONS",
     "AblationConfig",
     "ConfigError",
     "DataConfig",
-    "DiffCSEConfig",
     "EvalConfig",
     "FrameworksConfig",
-    "GeneratorConfig",
     "Params",
-    "PromptBERTConfig",
     "ReportConfig",
     "SignificanceConfig",
     "SweepConfig",
     "TrackingConfig",
     "TrainConfig",
+    "all_frameworks",
     "batch_spans",
     "check_ablation",
     "check_backbone",

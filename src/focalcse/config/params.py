@@ -4,7 +4,7 @@ ablations and the backbones."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ class Params:
     ablation: AblationConfig = field(default_factory=AblationConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    frameworks: FrameworksConfig = field(default_factory=FrameworksConfig)
+    frameworks: FrameworksConfig = field(default_factory=lambda: FrameworksConfig.from_mapping(None))
     backbone_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     loss_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -108,8 +108,9 @@ class Params:
         if cfg is None:
             return {"name": framework}
         values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in ("train", "backbones")}
-        if "pretrain" in values:
-            values["pretrain"] = {f.name: getattr(cfg.pretrain, f.name) for f in fields(cfg.pretrain)}
+        for key, value in values.items():  # a nested block (DiffCSE's pretrain) as a plain dict
+            if is_dataclass(value):
+                values[key] = {f.name: getattr(value, f.name) for f in fields(value)}
         return {"name": framework, **values}
 
     def framework_items(self) -> list[tuple[str, str, str, int]]:

@@ -1,22 +1,21 @@
 """The ``params.yaml`` sections above the train config: data, eval, significance, sweep, ablation,
-report, tracking and the frameworks' section (each framework's own settings live in
-:mod:`focalcse.core.frameworks.settings`; the train config in :mod:`focalcse.core.settings`)."""
+report, tracking and the frameworks' section (each framework's own settings class is named by its
+registry ``SPEC``, :mod:`focalcse.core.frameworks`; the train config is :mod:`focalcse.core.settings`)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from focalcse.core.frameworks.settings import DiffCSEConfig, GeneratorConfig, PromptBERTConfig
+from focalcse.core.frameworks import framework_names, settings_class
 from focalcse.core.losses import loss_names
 from focalcse.core.settings import _fail, _finite, _section, _with, from_dict
-from focalcse.data.tasks import TASKS
+from focalcse.data.tasks import PAPER_TASKS, TASKS
 from focalcse.errors import ConfigError
 from focalcse.layout import BASE_FRAMEWORK
 
-FRAMEWORKS = ("simcse", "promptbert", "diffcse")  # core/frameworks/<name>.py (SimCSE: core/training.py)
 PRECISIONS = ("fp32", "bf16", "fp16")  # evaluation (inference only)
 
 
@@ -39,7 +38,7 @@ class DataConfig:
 class EvalConfig:
     """``eval`` section."""
 
-    tasks: tuple[str, ...] = tuple(TASKS)  # every registered task (focalcse.data.tasks)
+    tasks: tuple[str, ...] = PAPER_TASKS  # the paper's 7; a registered task runs where a set lists it
     batch_size: int = 128
     precision: str = "fp32"
 
@@ -94,7 +93,7 @@ class SweepConfig:
         return self.backbones if framework == BASE_FRAMEWORK else self.framework_backbones
 
     def __post_init__(self) -> None:
-        others = [f for f in FRAMEWORKS if f != BASE_FRAMEWORK]
+        others = framework_names()
         if any(f not in others for f in self.frameworks) or len(set(self.frameworks)) != len(self.frameworks):
             _fail(
                 "sweep",
@@ -188,38 +187,54 @@ class ReportConfig:
 
 @dataclass(frozen=True)
 class FrameworksConfig:
-    """``frameworks`` section: each framework's own settings (used by its items only)."""
+    """``frameworks`` section: each registered framework's own settings (used by its items only),
+    built by the settings class its ``SPEC`` names (:mod:`focalcse.core.frameworks`)."""
 
-    promptbert: PromptBERTConfig = field(default_factory=PromptBERTConfig)
-    diffcse: DiffCSEConfig = field(default_factory=DiffCSEConfig)
+    values: tuple[tuple[str, Any], ...] = ()  # (framework, its settings) for every framework that has some
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> FrameworksConfig:
         data = _section("frameworks", data)
-        unknown = sorted(set(data) - {"promptbert", "diffcse"})
+        names = framework_names()
+        unknown = sorted(set(data) - set(names))
         if unknown:
-            raise ConfigError(f"params frameworks: unknown key(s) {unknown}; allowed: diffcse, promptbert")
-        diff = _section("frameworks.diffcse", data.get("diffcse"))
-        pretrain = from_dict(GeneratorConfig, "frameworks.diffcse.pretrain", diff.pop("pretrain", None))
-        return cls(
-            promptbert=from_dict(PromptBERTConfig, "frameworks.promptbert", data.get("promptbert")),
-            diffcse=_with(
-                from_dict(DiffCSEConfig, "frameworks.diffcse", diff), "frameworks.diffcse", pretrain=pretrain
-            ),
-        )
+            raise ConfigError(f"params frameworks: unknown key(s) {unknown}; allowed: {', '.join(names)}")
+        values = []
+        for name in names:
+            klass, section = settings_class(name), f"frameworks.{name}"
+            if klass is None:
+                if data.get(name):
+                    raise ConfigError(f"params {section}: framework {name} has no settings; expected none")
+                continue
+            build = getattr(klass, "from_mapping", None)
+            values.append(
+                (name, build(section, data.get(name)) if build else from_dict(klass, section, data.get(name)))
+            )
+        return cls(tuple(values))
 
-    def settings(self, framework: str) -> PromptBERTConfig | DiffCSEConfig | None:
-        return getattr(self, framework, None)
+    def settings(self, framework: str) -> Any | None:
+        """The settings of ``framework`` (None: SimCSE, or a framework without settings)."""
+        return dict(self.values).get(framework)
+
+    def __getattr__(self, name: str) -> Any:  # params.frameworks.<name>
+        if name != "values" and not name.startswith("_"):
+            for framework, settings in self.values:
+                if framework == name:
+                    return settings
+        raise AttributeError(f"params frameworks: no settings of a framework {name!r}")
 
     def train_layers(self, framework: str, backbone: str) -> list[tuple[str, dict[str, Any]]]:
         """The framework's train keys over an item's config: ``frameworks.<f>.train``, then
-        ``frameworks.<f>.backbones.<backbone>``."""
+        ``frameworks.<f>.backbones.<backbone>`` (for settings that declare them)."""
         cfg = self.settings(framework)
         if cfg is None:
             return []
         return [
-            (f"frameworks.{framework}.train", dict(cfg.train)),
-            (f"frameworks.{framework}.backbones.{backbone}", dict(cfg.backbones.get(backbone) or {})),
+            (f"frameworks.{framework}.train", dict(getattr(cfg, "train", {}) or {})),
+            (
+                f"frameworks.{framework}.backbones.{backbone}",
+                dict((getattr(cfg, "backbones", {}) or {}).get(backbone) or {}),
+            ),
         ]
 
 

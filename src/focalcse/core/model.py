@@ -20,7 +20,6 @@ sentence-transformers refuse the folder rather than score it differently.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 from collections.abc import Sequence
@@ -36,9 +35,6 @@ from focalcse.atomic import staged_dir
 from focalcse.core.backbones import DEFAULT_BACKBONE, POOLERS, resolve_backbone  # noqa: F401
 
 RECORD_FILE = "focalcse.json"
-# Frameworks whose saved models encode differently from SimCSE's poolers: their module's ``ENCODER``
-# class loads such a folder (a DiffCSE model is a plain [CLS] encoder and needs none).
-ENCODING_FRAMEWORKS = ("promptbert",)
 
 
 def _check_pooler(pooler: str) -> str:
@@ -74,14 +70,19 @@ def record_json(record: EncoderRecord) -> str:
 
 def _framework_class(framework: dict[str, Any], where: str) -> tuple[type[SentenceEncoder], dict[str, Any]]:
     """The encoder class and its constructor options for a record's ``framework`` entry."""
+    from focalcse.core.frameworks import framework_module, framework_names, framework_spec
+
+    # Frameworks whose saved models encode differently from SimCSE's poolers declare ``"encoder": True``
+    # in their SPEC: their module's ``ENCODER`` class loads such a folder (a DiffCSE model is a plain
+    # [CLS] encoder and needs none). Imported by computed name: SimCSE's stages depend on no framework
+    # module (tests/test_dvc_deps.py), and a framework module imports this one.
     name = framework.get("name")
-    if name in ENCODING_FRAMEWORKS:
-        # by name: SimCSE's stages depend on no framework module (tests/test_dvc_deps.py), and
-        # promptbert imports core.encode, which imports this module
-        cls = importlib.import_module(f"focalcse.core.frameworks.{name}").ENCODER
+    encoding = [f for f in framework_names() if framework_spec(f).encoder]
+    if name in encoding:
+        cls = framework_module(name).ENCODER
         return cls, cls.options_from_record(framework)
     raise ValueError(
-        f"{where}: focalcse.json names an unknown framework {name!r} (known: {', '.join(ENCODING_FRAMEWORKS)})"
+        f"{where}: focalcse.json names an unknown framework {name!r} (known: {', '.join(encoding)})"
     )
 
 

@@ -262,12 +262,15 @@ def _setup(
 ) -> _Loop:
     """Seed, place the model, build loss / optimizer / schedule / batches, and restore a checkpoint."""
     if framework is not None:
-        if parallel.distributed:
+        from focalcse.core.frameworks import framework_spec
+
+        refuses = framework_spec(framework.name).refuses
+        if parallel.distributed and "ddp" in refuses:
             raise ValueError(
                 f"framework {framework.name!r} trains in one process only: torchrun/DDP is not supported for "
                 "it (docs/frameworks.md); run the stage without torchrun"
             )
-        if cfg.grad_cache_chunk:
+        if cfg.grad_cache_chunk and "gradcache" in refuses:
             raise ValueError(
                 f"framework {framework.name!r} does not support GradCache: set train.grad_cache_chunk: 0 for "
                 f"its items (got {cfg.grad_cache_chunk}; docs/frameworks.md)"

@@ -2,15 +2,17 @@
 
 Each :class:`Task` says how to read its evaluation split from SentEval's ``downstream`` layout, how
 many gold-scored pairs each subset must have (SentEval's counts; method.md), and how the report
-labels it. Every task list in the project derives from :data:`TASKS`: the ``eval.tasks`` default,
-the CLI's choices, MLflow's metric names, the report's columns, the benchmarks and the tests' mirror.
-Adding a task is one entry here (plus its reader in :mod:`focalcse.data.sts` if its layout is new).
+labels it. Every task list in the project derives from :data:`TASKS`: the CLI's choices, MLflow's
+metric names, the report's columns, the benchmarks and the tests' mirror. The ``eval.tasks`` default
+and every average are the paper's 7 (:data:`PAPER_TASKS`). Adding a task is one entry here (plus its
+reader in :mod:`focalcse.data.sts` if its layout is new); a parameter set evaluates it by listing it
+in ``eval.tasks``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +81,35 @@ TASKS: dict[str, Task] = {
         Task("SICKRelatedness", "SICK-R", {"test": SICK_COUNTS["test"]}, lambda root, check=True: read_sick(root, "test", check)),
     )
 }
+
+# The paper's 7 STS tasks (SimCSE's "transfer" setting of STS12-16, STS-B, SICK-R): the ``eval.tasks``
+# default, and the tasks of every "Avg." the report prints beside published numbers. A task added to
+# TASKS is evaluated (and its data asked for) only where a parameter set lists it in ``eval.tasks``;
+# it gets its own column, never a place in the average.
+PAPER_TASKS: tuple[str, ...] = (
+    "STS12",
+    "STS13",
+    "STS14",
+    "STS15",
+    "STS16",
+    "STSBenchmark",
+    "SICKRelatedness",
+)
+assert all(t in TASKS for t in PAPER_TASKS)
+
+
+def average_tasks(tasks: Sequence[str]) -> list[str]:
+    """The tasks among ``tasks`` that an ``avg`` averages: the paper's, in the order given (all of
+    ``tasks`` when none of them is the paper's)."""
+    return [t for t in tasks if t in PAPER_TASKS] or list(tasks)
+
+
+def prepared_keys(tasks: Sequence[str]) -> list[str]:
+    """The splits the check and prepare_sts stages read for evaluating ``tasks``: those tasks in
+    registry order, then every :data:`EXTRA_SPLITS` (model selection and the hard-negative pool)."""
+    wanted = set(tasks)
+    return [*(t for t in TASKS if t in wanted), *EXTRA_SPLITS]
+
 
 # Extra splits the prepare_sts stage writes next to the tasks: model selection (STS-B dev) and the
 # §5.1 hard-negative pool (STS-B train), plus SICK train for completeness.

@@ -1,6 +1,6 @@
 """What the report calls things, from the registries: a loss's label and colour from its ``SPEC``
 (:mod:`focalcse.core.losses`, read without torch), a task's column label from :mod:`focalcse.data.tasks`,
-and each framework's display name (:data:`FRAMEWORK_LABELS`, the one place that names them).
+and each framework's display name from its ``SPEC`` (:mod:`focalcse.core.frameworks`).
 
 A name no registry knows (e.g. a loss in an old metrics file) is shown as it is, in grey.
 """
@@ -11,20 +11,21 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from focalcse.config import Params
+from focalcse.core.frameworks import framework_label as registered_label
 from focalcse.core.losses import loss_spec
-from focalcse.data.tasks import TASKS, display_name
+from focalcse.data.tasks import PAPER_TASKS, TASKS, average_tasks, display_name
 
 UNKNOWN_COLOR = "#7f7f7f"
 AVG = "avg"
-AVG_LABEL = "Avg."
-
-# Each framework of focalcse.config.FRAMEWORKS as the papers write it (tests check none is missing).
-FRAMEWORK_LABELS = {"simcse": "SimCSE", "promptbert": "PromptBERT", "diffcse": "DiffCSE"}
+AVG_LABEL = "Avg."  # over the paper's 7 STS tasks, as the published averages are
 
 
 def framework_label(framework: str) -> str:
-    """A framework's display name (``SimCSE``, ``PromptBERT``, ``DiffCSE``), else the name itself."""
-    return FRAMEWORK_LABELS.get(framework, framework)
+    """A framework's display name (its SPEC's ``label``; ``SimCSE``), else the name itself."""
+    try:
+        return registered_label(framework)
+    except ValueError:
+        return framework
 
 
 def run_label(framework: str, loss: str, baseline: str) -> str:
@@ -50,9 +51,20 @@ def loss_color(loss: str) -> str:
         return UNKNOWN_COLOR
 
 
-def column_label(key: str) -> str:
-    """A score column's label: a task's display name, ``Avg.`` for ``avg``, other keys as they are."""
-    return AVG_LABEL if key == AVG else display_name(key)
+def column_label(key: str, tasks: Iterable[str] = PAPER_TASKS) -> str:
+    """A score column's label: a task's display name, other keys as they are, and for ``avg`` (the
+    mean over the evaluated tasks of the paper's 7, :func:`focalcse.data.tasks.average_tasks`) ``Avg.``
+    when all 7 were evaluated, else what it averages (e.g. ``Avg. (2 of the paper's 7)``), so no other
+    average reads as the published 7-task one."""
+    if key != AVG:
+        return display_name(key)
+    averaged = average_tasks(list(tasks))
+    if set(averaged) == set(PAPER_TASKS):
+        return AVG_LABEL
+    if set(averaged) <= set(PAPER_TASKS):
+        return f"{AVG_LABEL} ({len(averaged)} of the paper's {len(PAPER_TASKS)})"
+    n = len(averaged)
+    return f"{AVG_LABEL} ({n} task{'s' if n != 1 else ''}, none of the paper's)"
 
 
 def metric_keys(tasks: Iterable[str]) -> list[str]:

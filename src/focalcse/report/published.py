@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS
+from focalcse.config import BASE_FRAMEWORK
+from focalcse.core.frameworks import framework_names
 
 PUBLISHED_FILE = "published.yaml"
 _REQUIRED = ("backbone", "loss", "label", "source", "scores")
@@ -51,7 +52,9 @@ class PublishedRow:
     # score key -> "a − b (why)": numbers computed from published ones, not published themselves
     derived: Mapping[str, str] = field(default_factory=dict)
     paper_baseline: bool = False  # the Focal-InfoNCE paper's own SimCSE baseline (its gains are over it)
-    framework: str = BASE_FRAMEWORK  # the framework it was trained with (focalcse.config.FRAMEWORKS)
+    framework: str = (
+        BASE_FRAMEWORK  # the framework it was trained with (a registered framework, focalcse.core.frameworks)
+    )
     avg_note: str = ""  # why its avg is not the mean of its tasks (then exempt from that check)
 
 
@@ -91,8 +94,8 @@ def _parse_row(row: Any, at: str, average_of: tuple[str, ...], framework_row: bo
         if not isinstance(row[key], str) or not row[key]:
             raise PublishedError(f"{at}.{key}: expected a non-empty string, got {row[key]!r}")
     framework = row.get("framework", BASE_FRAMEWORK)
-    if framework_row and framework not in [f for f in FRAMEWORKS if f != BASE_FRAMEWORK]:
-        others = ", ".join(f for f in FRAMEWORKS if f != BASE_FRAMEWORK)
+    if framework_row and framework not in framework_names():
+        others = ", ".join(framework_names())
         raise PublishedError(f"{at}.framework: expected one of {others}, got {framework!r}")
     note = row.get("avg_note", "")
     if not isinstance(note, str) or ("avg_note" in row and not note.strip()):

@@ -176,7 +176,7 @@ def published_reference(params: Params, data: ReportData) -> Table | None:
     )
     return Table(
         "Published Table 2 rows (reference)",
-        ["Row", "backbone", *[column_label(c) for c in cols]],
+        ["Row", "backbone", *[column_label(c, params.eval.tasks) for c in cols]],
         rows,
         caption,
         classes,

@@ -106,7 +106,7 @@ def table2(params: Params, data: ReportData, backbone: str, framework: str = BAS
         return framework_table2(params, data, backbone, framework)
     sig = data.significance
     cols = metric_columns(params, sig)
-    header = ["Model", "seeds", *[column_label(c) for c in cols]]
+    header = ["Model", "seeds", *[column_label(c, params.eval.tasks) for c in cols]]
     rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols], holm=True)
     published = published_rows(backbone, params.backbone_source(backbone))
     for r in published:
@@ -144,7 +144,7 @@ def framework_table2(params: Params, data: ReportData, backbone: str, framework:
         raise ValueError(f"significance.json has no {framework} entry for {backbone}")
     name = framework_label(framework)
     cols = metric_columns(params, sig)
-    header = ["Model", "seeds", *[column_label(c) for c in cols]]
+    header = ["Model", "seeds", *[column_label(c, params.eval.tasks) for c in cols]]
     label = framework_runs_label(params, framework)
     rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols], holm=True, label=label)
     published = published_rows(backbone, params.backbone_source(backbone), framework=framework)
@@ -217,7 +217,7 @@ def framework_published_reference(params: Params, data: ReportData) -> Table | N
     )
     return Table(
         f"Published {names} rows (reference)",
-        ["Row", "framework", "backbone", *[column_label(c) for c in cols]],
+        ["Row", "framework", "backbone", *[column_label(c, params.eval.tasks) for c in cols]],
         rows,
         caption,
         ["published"] * len(rows),

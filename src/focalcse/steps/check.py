@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.atomic import sha256_file, write_json
-from focalcse.config import BASE_FRAMEWORK, FRAMEWORKS, ConfigError, Params, TrainConfig, training_steps
+from focalcse.config import BASE_FRAMEWORK, ConfigError, Params, TrainConfig, training_steps
+from focalcse.core.frameworks import framework_names, framework_spec
 from focalcse.core.losses import loss_spec
 from focalcse.data.corpus import check_sample_size, read_sentences
 from focalcse.data.sources import MIRROR_ENV, corpus_path, senteval_dir
-from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
+from focalcse.data.tasks import prepared_keys, read_split
 from focalcse.layout import ABLATION_KINDS, COMPANION_KEYS, Layout, safe_name
 
 # The check file's whole content: the same on every machine and for every params value.
@@ -46,7 +47,8 @@ CHECKED = {
 def run(params: Params, layout: Layout) -> dict[str, Any]:
     """Check every item's params against the sample (:func:`check_params`; each section was validated
     when loaded), then the sources ``params`` names: the corpus is readable and has
-    ``data.num_sentences`` sentences, every STS task and extra split parses with its expected counts.
+    ``data.num_sentences`` sentences, every evaluated STS task (``eval.tasks``; a registered task no set
+    lists is not read) and extra split parses with its expected counts.
 
     The sources are fingerprinted by content first (:func:`corpus_fingerprint`, :func:`sts_fingerprint`:
     sha256 of the raw bytes) and parsed only when a fingerprint differs from the one recorded in
@@ -67,12 +69,15 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     )
     # the sample step's own rule for "the corpus has only N sentences", on the (recorded) count
     check_sample_size(corpus_fp["sentences"], params.data.num_sentences)
+    wanted = prepared_keys(params.eval.tasks)  # the evaluated tasks' data only, and the extra splits
     sts_fp, sts_recorded = _with_derived(
         layout.sts_sources_file,
         sts_fingerprint(root),
         "pairs",
-        lambda: {key: len(read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)},
+        lambda: {key: len(read_split(root, key)) for key in wanted},
     )
+    if list(sts_fp["pairs"]) != wanted:  # eval.tasks changed since the record: read what it asks for now
+        sts_fp = {**sts_fp, "pairs": {key: len(read_split(root, key)) for key in wanted}}
     removed = prune_stale(params, layout)
     parsed = []
     for name, path, fp, recorded in (
@@ -140,7 +145,7 @@ def check_params(params: Params) -> None:
     folder's existence): for every train item of every framework and every ablation item, the trainer's
     own step count (:func:`focalcse.config.training_steps`: ``max_steps`` beyond the batches the sample
     gives, no batch), a batch larger than the sample, a dev period longer than the run, and the
-    frameworks' refusals of a train config; DiffCSE's generator batch; a ``data.mirror`` that is not a
+    frameworks' refusals of a train config (each settings class's ``refusal``); a generator's batch; a ``data.mirror`` that is not a
     folder. Raises :class:`ConfigError` with one line naming the key, the item and what is expected."""
     mirror = params.data.mirror
     if mirror and not os.environ.get(MIRROR_ENV) and not Path(mirror).is_dir():  # the env var wins
@@ -160,12 +165,17 @@ def check_params(params: Params) -> None:
             continue  # config.check_ablation's rule: no m, no Table 5
         for value in params.ablation_values(kind):
             check_train_item(params.ablation_train_config(kind, value), n, f"item ablate_{kind}@{value:g}")
-    gen = params.frameworks.diffcse
-    if "diffcse" in params.sweep.frameworks and not gen.generator and gen.pretrain.batch_size > n:
-        raise ConfigError(
-            f"params frameworks.diffcse.pretrain.batch_size = {gen.pretrain.batch_size}: expected at most "
-            f"data.num_sentences ({n}), the sentences the generator is trained on"
-        )
+    for framework in params.sweep.frameworks:
+        gen = params.frameworks.settings(framework)
+        if (
+            "generator" in framework_spec(framework).needs
+            and not gen.generator
+            and gen.pretrain.batch_size > n
+        ):
+            raise ConfigError(
+                f"params frameworks.{framework}.pretrain.batch_size = {gen.pretrain.batch_size}: expected at "
+                f"most data.num_sentences ({n}), the sentences the generator is trained on"
+            )
 
 
 def check_train_item(cfg: TrainConfig, n: int, where: str) -> int:
@@ -199,31 +209,16 @@ def check_framework_item(params: Params, framework: str, cfg: TrainConfig, where
         )
     if framework == BASE_FRAMEWORK:
         return
-    if cfg.grad_cache_chunk:
+    if cfg.grad_cache_chunk and "gradcache" in framework_spec(framework).refuses:
         refuse(
             "grad_cache_chunk",
             cfg.grad_cache_chunk,
             f"0: framework {framework} does not support GradCache (docs/frameworks.md)",
         )
-    if framework == "promptbert" and cfg.pooler == "avg":
-        refuse(
-            "pooler",
-            cfg.pooler,
-            "cls or cls_before_pooler: PromptBERT's sentence vector is the template's mask token",
-        )
-    if framework == "diffcse":
-        if cfg.pooler != "cls":
-            refuse(
-                "pooler",
-                cfg.pooler,
-                "cls: DiffCSE feeds the discriminator the pooled [CLS] after the projector",
-            )
-        if params.frameworks.diffcse.batchnorm and not cfg.mlp_only_train:
-            refuse(
-                "mlp_only_train",
-                cfg.mlp_only_train,
-                "true with frameworks.diffcse.batchnorm: true (the BatchNorm projector is used in training only)",
-            )
+    settings = params.frameworks.settings(framework)
+    refusal = getattr(settings, "refusal", None)
+    if refusal is not None and (found := refusal(cfg)) is not None:
+        refuse(*found)
 
 
 def expected_outputs(params: Params, layout: Layout) -> set[Path]:
@@ -246,7 +241,7 @@ def _stale_models(params: Params, layout: Layout) -> list[Path]:
     """Model folders (and their ``.seedN.*`` work / aside folders) of items outside the sweep:
     ``models/<backbone>/<loss>/seed<k>`` (SimCSE) and ``models/<framework>/<backbone>/<loss>/seed<k>``."""
     wanted = {(fw, safe_name(b), loss, seed) for fw, b, loss, seed in params.framework_items()}
-    others = [f for f in FRAMEWORKS if f != BASE_FRAMEWORK]
+    others = framework_names()
     stale = []
     if not layout.models_dir.is_dir():
         return stale

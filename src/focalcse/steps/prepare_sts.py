@@ -9,14 +9,15 @@ from focalcse.atomic import staged_dir
 from focalcse.config import Params
 from focalcse.data.sources import SENTEVAL_URL, mirror_dir, senteval_dir
 from focalcse.data.sts import write_prepared
-from focalcse.data.tasks import EXTRA_SPLITS, TASKS, read_split
+from focalcse.data.tasks import prepared_keys, read_split
 from focalcse.layout import Layout
 
 
 def run(params: Params, layout: Layout) -> dict[str, Any]:
-    """Read every task and extra split; ``layout.sts_dir`` appears only when all of them are valid."""
+    """Read every evaluated task (``eval.tasks``) and extra split; ``layout.sts_dir`` appears only when
+    all of them are valid. A registered task that no ``eval.tasks`` lists is not asked for."""
     root = senteval_dir(params.data.mirror or None)
-    splits = [(key, read_split(root, key)) for key in (*TASKS, *EXTRA_SPLITS)]
+    splits = [(key, read_split(root, key)) for key in prepared_keys(params.eval.tasks)]
     # Where the data came from, without this machine's paths: moving the mirror must not change the
     # output's hash (the files' content identifies the data).
     where = "a data mirror's senteval/downstream" if mirror_dir(params.data.mirror or None) else SENTEVAL_URL

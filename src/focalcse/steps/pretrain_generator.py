@@ -1,9 +1,12 @@
-"""Step ``pretrain_generator``: DiffCSE's MLM generator for one backbone, or a record of why none is trained.
+"""Step ``pretrain_generator``: the MLM generator of one (framework, backbone) item, or a record of why
+none is trained.
 
-The generator is trained (:func:`focalcse.core.frameworks.generator.pretrain_mlm`) only when the sweep
-trains DiffCSE and ``frameworks.diffcse.generator`` is ``""``. Otherwise the item's folder holds only
-``generator.json`` saying so; that branch imports no torch, since the stage runs in every parameter set.
-:func:`generator_source` is what DiffCSE training loads as its generator.
+A framework whose registry ``SPEC`` lists ``"generator"`` in ``needs`` (DiffCSE) gets a generator
+trained here (its module's ``pretrain_mlm``, e.g. :func:`focalcse.core.frameworks.diffcse.pretrain_mlm`) when its settings'
+``generator`` is ``""``. Every other item's folder holds only ``generator.json`` saying why none is
+trained; that branch imports no torch. Each framework's items depend on their own item only
+(``models/generators/<framework>/<backbone>``), so a framework that needs no generator never waits for
+or reruns after another's. :func:`generator_source` is what training loads as the generator.
 """
 
 from __future__ import annotations
@@ -13,34 +16,38 @@ from typing import Any
 
 from focalcse.atomic import staged_dir, write_json
 from focalcse.config import Params
+from focalcse.core.frameworks import framework_module, framework_spec
 from focalcse.layout import Layout
 from focalcse.provenance import git_commit, versions
 
-RECORD_FILE = "generator.json"  # = focalcse.core.frameworks.generator.RECORD_FILE (that module imports torch)
+RECORD_FILE = "generator.json"  # = the framework module's RECORD_FILE (that module imports torch)
 
 
-def needs_pretraining(params: Params) -> bool:
-    """True when the sweep trains DiffCSE with the stage's own generator (``frameworks.diffcse.generator: ""``)."""
-    return "diffcse" in params.sweep.frameworks and params.frameworks.diffcse.generator == ""
+def needs_pretraining(params: Params, framework: str) -> bool:
+    """True when ``framework`` needs a generator and its settings name none (``generator: ""``)."""
+    settings = params.frameworks.settings(framework)
+    return "generator" in framework_spec(framework).needs and settings.generator == ""
 
 
-def run(params: Params, layout: Layout, backbone: str, progress: bool = True) -> dict[str, Any]:
-    """Train ``backbone``'s generator into ``layout.generator_dir(backbone)``, or write there only a
-    ``generator.json`` saying why none is trained (``pretrained: false``). Returns the record."""
-    out_dir = layout.generator_dir(backbone)
-    configured = params.frameworks.diffcse.generator
-    if needs_pretraining(params):
+def run(
+    params: Params, layout: Layout, framework: str, backbone: str, progress: bool = True
+) -> dict[str, Any]:
+    """Train the generator of ``framework`` for ``backbone`` into ``layout.generator_dir(framework,
+    backbone)``, or write there only a ``generator.json`` saying why none is trained (``pretrained:
+    false``). Returns the record."""
+    out_dir = layout.generator_dir(framework, backbone)
+    settings = params.frameworks.settings(framework)
+    if needs_pretraining(params, framework):
         from focalcse.core.backbones import resolve_backbone
-        from focalcse.core.frameworks.generator import pretrain_mlm
         from focalcse.provenance import provenance
 
         source = params.backbone_source(backbone)
-        cfg = params.frameworks.diffcse.pretrain
+        cfg = settings.pretrain
         identity = {
             "backbone": backbone,
             "backbone_source": source,
         }  # the portable name, not the resolved path
-        return pretrain_mlm(
+        return framework_module(framework).pretrain_mlm(
             layout.corpus_file,
             resolve_backbone(source),
             cfg,
@@ -48,14 +55,16 @@ def run(params: Params, layout: Layout, backbone: str, progress: bool = True) ->
             progress=progress,
             extra={**identity, "meta": provenance(**identity, generator_config=asdict(cfg))},
         )
-    if "diffcse" not in params.sweep.frameworks:
-        reason = "diffcse is not in sweep.frameworks, so no generator is needed"
+    if "generator" not in framework_spec(framework).needs:
+        configured, reason = "", f"{framework} needs no generator"
     else:
-        reason = f"frameworks.diffcse.generator names the generator ({configured}), so none is trained"
+        configured = settings.generator
+        reason = f"frameworks.{framework}.generator names the generator ({configured}), so none is trained"
     record: dict[str, Any] = {
         "pretrained": False,
         "generator": configured,
         "reason": reason,
+        "framework": framework,
         "backbone": backbone,
         # provenance() without its hardware block, which imports torch (nothing was computed here)
         "meta": {"git_commit": git_commit(), "versions": versions()},
@@ -65,12 +74,13 @@ def run(params: Params, layout: Layout, backbone: str, progress: bool = True) ->
     return record
 
 
-def generator_source(params: Params, layout: Layout, backbone: str) -> str:
-    """What DiffCSE training loads as ``backbone``'s generator (:func:`focalcse.core.frameworks.diffcse.generator_source`
-    on this layout's ``pretrain_generator`` folder)."""
-    from focalcse.core.frameworks.diffcse import generator_source as source_of
-
-    return source_of(params.frameworks.diffcse, layout.generator_dir(backbone), backbone)
+def generator_source(params: Params, layout: Layout, framework: str, backbone: str) -> str:
+    """What ``framework``'s training loads as ``backbone``'s generator (its module's
+    ``generator_source`` on this layout's ``pretrain_generator`` folder)."""
+    source_of = framework_module(framework).generator_source
+    return source_of(
+        params.frameworks.settings(framework), layout.generator_dir(framework, backbone), backbone
+    )
 
 
 __all__ = ["RECORD_FILE", "generator_source", "needs_pretraining", "run"]

@@ -1,16 +1,16 @@
 """Step ``train``: one (framework ×) backbone × loss × seed run; the best-on-dev model, a metrics JSON,
-two curves. SimCSE is the training loop's own step; PromptBERT and DiffCSE plug a
-:class:`focalcse.core.frameworks.FrameworkStep` into it (:func:`framework_encoder`)."""
+two curves. SimCSE is the training loop's own step; every registered framework plugs a
+:class:`focalcse.core.training.FrameworkStep` into it (:func:`framework_encoder`)."""
 
 from __future__ import annotations
 
-import importlib
 import time
 from typing import Any
 
 from focalcse.atomic import write_json
 from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
 from focalcse.core.distributed import DistributedContext
+from focalcse.core.frameworks import framework_module
 from focalcse.core.model import SentenceEncoder
 from focalcse.core.training import MetricsCallback, sha256_file, tokenize_corpus, train
 from focalcse.eval.sts_eval import stsb_dev_evaluator
@@ -42,9 +42,9 @@ def framework_encoder(
     """``(encoder, step, corpus_max_len)`` of one item: the encoder to train, the framework's training
     step (None for SimCSE, the loop's own) and the token budget the corpus is tokenised with.
 
-    A framework other than SimCSE is its module ``focalcse.core.frameworks.<name>``, imported by name
-    (so SimCSE's items depend on no framework module) and asked for ``training_setup(source, cfg,
-    settings, generator_dir)``."""
+    A framework other than SimCSE is its registered module (:mod:`focalcse.core.frameworks`), imported
+    by computed name (so SimCSE's items depend on no framework module) and asked for
+    ``training_setup(source, cfg, settings, prepared_dir)``."""
     source = params.backbone_source(backbone)
     if framework == BASE_FRAMEWORK:
         encoder = SentenceEncoder.from_pretrained(
@@ -56,8 +56,8 @@ def framework_encoder(
             seed=cfg.seed,
         )
         return encoder, None, cfg.max_seq_len
-    module = importlib.import_module(f"focalcse.core.frameworks.{framework}")
-    return module.training_setup(source, cfg, params.frameworks.settings(framework), item.generator_dir)
+    module = framework_module(framework)
+    return module.training_setup(source, cfg, params.frameworks.settings(framework), item.prepared_dir)
 
 
 def train_item(

@@ -33,23 +33,48 @@ and ``README.md``:
 
 Plain torch plus a Hugging Face encoder.
 
-One module of ~560 lines on purpose: a framework item's DVC deps name its framework as one file
-(``src/focalcse/core/frameworks/${item.framework}.py``), so DiffCSE's code changes retrain only DiffCSE
-items.
+* **Generator, trained here** (the ``pretrain_generator`` stage, :func:`pretrain_mlm`): no MLM can be
+  downloaded offline, so a small BERT MLM is trained from random weights on the corpus with the
+  backbone's tokenizer (see the section comment above :func:`build_mlm`).
+
+One module of ~760 lines on purpose: a framework item's DVC deps name its framework as one file
+(``src/focalcse/core/frameworks/${item.framework}.py``, beside its settings module), so DiffCSE's code
+changes, its generator's included, retrain only DiffCSE items, and no other framework's generator item
+depends on this code.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from tqdm.auto import tqdm
+
+from focalcse.atomic import staged_dir, write_json
+from focalcse.core.encode import pad_batch
+from focalcse.core.frameworks.settings.diffcse import GeneratorConfig
+from focalcse.core.training import batch_order, sha256_file, tokenize_corpus
+from focalcse.errors import NonFiniteLossError
+
+SPEC = {
+    "name": "diffcse",
+    "label": "DiffCSE",
+    "settings": "focalcse.core.frameworks.settings.diffcse:DiffCSEConfig",
+    "needs": [
+        "generator"
+    ],  # the pretrain_generator stage's MLM (or the one frameworks.diffcse.generator names)
+    "refuses": ["ddp", "gradcache"],
+    "encoder": False,  # its folders are SimCSE-shaped: pooled [CLS], loadable by sentence-transformers
+}
 
 IGNORE_INDEX = -100  # train.py 532: MLM labels of unselected tokens (as HF's collator)
 MASK_FRACTION = 0.8  # train.py 535: selected tokens that become [MASK]
@@ -500,12 +525,14 @@ def generator_source(settings: Any, generator_dir: str | os.PathLike, backbone: 
             ``frameworks.diffcse.pretrain`` settings (the stage has not run since they changed).
     """
     import json
-    from dataclasses import asdict
 
     if settings.generator:
         return str(settings.generator)
     folder = Path(generator_dir)
-    rerun = f"run the pretrain_generator stage for it (dvc repro, or python stages/pretrain_generator.py {backbone})"
+    rerun = (
+        "run the pretrain_generator stage for it (dvc repro, or python stages/pretrain_generator.py "
+        f"{backbone} --framework {SPEC['name']})"
+    )
     try:
         record = json.loads((folder / GENERATOR_RECORD).read_text())
     except (OSError, ValueError):
@@ -531,7 +558,7 @@ def generator_source(settings: Any, generator_dir: str | os.PathLike, backbone: 
 
 
 def training_setup(
-    source: str, cfg: Any, settings: Any, generator_dir: str | os.PathLike
+    source: str, cfg: Any, settings: Any, prepared_dir: str | os.PathLike
 ) -> tuple[nn.Module, DiffCSEStep, int]:
     """``(encoder, step, corpus_max_len)`` for one DiffCSE item (:func:`focalcse.steps.train.framework_encoder`).
 
@@ -552,7 +579,7 @@ def training_setup(
         mlp_init="fresh",
         seed=cfg.seed,
     )
-    gen_source = generator_source(settings, generator_dir, Path(generator_dir).name)
+    gen_source = generator_source(settings, prepared_dir, Path(prepared_dir).name)
     generator = AutoModelForMaskedLM.from_pretrained(resolve_backbone(gen_source))
     disc = AutoModel.from_pretrained(resolve_backbone(source), attn_implementation="sdpa")
     step = DiffCSEStep(
@@ -560,3 +587,189 @@ def training_setup(
     )
     step.settings = {**step.settings, "generator": gen_source}
     return encoder, step, cfg.max_seq_len
+
+
+# ---------------------------------------------------------------- the generator, trained here
+# DiffCSE's generator, trained here: a small BERT masked-language model on the training corpus.
+#
+# The official DiffCSE loads a pretrained ``distilbert-base-uncased`` as its frozen generator
+# (``models.py`` 122). No model can be downloaded offline, so the ``pretrain_generator`` stage trains a
+# small MLM from random weights with the backbone's tokenizer (the generator must share the
+# discriminator's vocabulary): a ``BertForMaskedLM`` of ``GeneratorConfig`` size, BERT's 80/10/10 masking
+# (:func:`focalcse.core.frameworks.diffcse.mask_tokens`, at ``GeneratorConfig.mask_ratio``) and the
+# cross-entropy on the selected tokens only. The MLM head runs on the selected positions alone, which
+# gives the same loss as HF's ``labels=-100`` form without computing the vocabulary logits of every
+# token. AdamW, linear decay to 0 without warm-up, the gradient norm clipped to 1.0, as the SimCSE
+# trainer (:mod:`focalcse.core.training`). CPU, with torch's threads as the environment sets them.
+#
+# The result is a Hugging Face folder (``config.json``, ``model.safetensors``, the tokenizer) that
+# ``AutoModelForMaskedLM.from_pretrained`` loads, with ``generator.json`` (:data:`RECORD_FILE`)
+# recording how it was trained; the folder appears whole or not at all (:func:`focalcse.atomic.staged_dir`).
+
+RECORD_FILE = GENERATOR_RECORD  # beside the model: how it was trained (or why it was not)
+FINAL_LOSS_WINDOW = 20  # final_loss: the mean of the last steps' losses
+MAX_GRAD_NORM = 1.0
+MAX_POSITIONS = 512
+_MAX_REDRAWS = 100  # a batch whose masking selected no token is masked again (tiny batches only)
+
+
+def build_mlm(cfg: GeneratorConfig, vocab_size: int, pad_token_id: int) -> Any:
+    """A randomly initialised ``BertForMaskedLM`` of ``cfg``'s size, its weights seeded with ``cfg.seed``."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        intermediate_size=4 * cfg.hidden,
+        max_position_embeddings=MAX_POSITIONS,
+        pad_token_id=pad_token_id,
+    )
+    torch.manual_seed(cfg.seed)
+    return BertForMaskedLM(config)
+
+
+def _batches(n: int, cfg: GeneratorConfig) -> list[list[int]]:
+    """``cfg.steps`` index batches: seeded permutations of the corpus, as many epochs as needed."""
+    per_epoch = len(batch_order(n, cfg.batch_size, 1, cfg.seed))
+    if per_epoch == 0:
+        raise ValueError(f"no MLM batch: {n} sentence(s) with batch_size {cfg.batch_size}")
+    return batch_order(n, cfg.batch_size, math.ceil(cfg.steps / per_epoch), cfg.seed)[: cfg.steps]
+
+
+def _mask(
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    special_ids: torch.Tensor,
+    cfg: GeneratorConfig,
+    mask_token_id: int,
+    vocab_size: int,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """80/10/10 masking of one batch; redrawn while no token is selected (so the loss is defined)."""
+    special = torch.isin(
+        ids, special_ids
+    )  # = tokenizer.get_special_tokens_mask(already_has_special_tokens=True)
+    for _ in range(_MAX_REDRAWS):
+        masked, labels = mask_tokens(
+            ids, mask, special, cfg.mask_ratio, mask_token_id, gen, vocab_size=vocab_size
+        )
+        if bool((labels != IGNORE_INDEX).any()):
+            return masked, labels
+    raise ValueError(
+        f"MLM masking selected no token in {_MAX_REDRAWS} draws (mask_ratio {cfg.mask_ratio}): the batch "
+        "has (almost) no non-special tokens"
+    )
+
+
+def pretrain_mlm(
+    corpus_file: str | os.PathLike,
+    tokenizer_source: str,
+    cfg: GeneratorConfig,
+    out_dir: str | os.PathLike,
+    progress: bool = True,
+    *,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train a small MLM on ``corpus_file`` with ``tokenizer_source``'s tokenizer; save it to ``out_dir``.
+
+    Args:
+        corpus_file: one sentence a line (blank lines dropped), tokenised with special tokens and
+            truncated to ``cfg.max_seq_len``.
+        tokenizer_source: what ``AutoTokenizer.from_pretrained`` loads (the backbone's folder or hub id).
+        cfg: model size and training settings.
+        out_dir: the HF folder written (replaced whole, atomically): model, tokenizer, ``generator.json``.
+        progress: show a tqdm bar.
+        extra: more fields for the record (e.g. the backbone name), written before ``meta``.
+
+    Returns:
+        The ``generator.json`` record.
+
+    Raises:
+        NonFiniteLossError: the loss or the gradient norm became NaN or inf (nothing is written).
+    """
+    from transformers import AutoTokenizer
+
+    wall0 = time.perf_counter()
+    corpus_file = Path(corpus_file)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    if tokenizer.mask_token_id is None:
+        raise ValueError(f"tokenizer {tokenizer_source!r} has no mask token; an MLM generator needs one")
+    vocab_size = len(tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    corpus = tokenize_corpus(corpus_file, tokenizer, cfg.max_seq_len)
+    ids_column = corpus["input_ids"]
+    n = len(ids_column)
+    batches = _batches(n, cfg)
+
+    model = build_mlm(cfg, vocab_size, pad_id)
+    model.train()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0
+    )
+    total = len(batches)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total))
+    gen = torch.Generator().manual_seed(cfg.seed)  # the masking's random source
+    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+    losses: list[float] = []
+    train_seconds = 0.0
+    bar = tqdm(
+        total=total,
+        desc=f"pretrain generator ({cfg.layers}x{cfg.hidden})",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    for step, idx in enumerate(batches, start=1):
+        t0 = time.perf_counter()
+        ids, mask = pad_batch([ids_column[i] for i in idx], pad_id)  # (B, L)
+        masked, labels = _mask(ids, mask, special_ids, cfg, tokenizer.mask_token_id, vocab_size, gen)
+        hidden = model.bert(input_ids=masked, attention_mask=mask).last_hidden_state  # (B, L, h)
+        selected = labels != IGNORE_INDEX  # (B, L)
+        logits = model.cls(hidden[selected])  # (S, V): the head on the selected tokens only
+        loss = F.cross_entropy(logits.float(), labels[selected])
+        if not torch.isfinite(loss):
+            bar.close()
+            raise NonFiniteLossError(f"generator MLM loss is {loss.item()} at step {step} (lr {cfg.lr})")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM))
+        if not math.isfinite(grad_norm):
+            bar.close()
+            raise NonFiniteLossError(f"generator gradient norm is {grad_norm} at step {step} (lr {cfg.lr})")
+        optimizer.step()
+        scheduler.step()
+        train_seconds += time.perf_counter() - t0
+        losses.append(float(loss.item()))
+        bar.update(1)
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    model.eval()
+
+    tail = losses[-FINAL_LOSS_WINDOW:]
+    record: dict[str, Any] = {
+        "pretrained": True,
+        "config": asdict(cfg),
+        "architecture": "BertForMaskedLM",
+        "vocab_size": vocab_size,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "corpus": {"file": str(corpus_file), "sha256": sha256_file(corpus_file), "sentences": n},
+        "steps": total,
+        "first_loss": losses[0],
+        "final_loss": sum(tail) / len(tail),
+        "final_loss_window": len(tail),
+        "train_seconds": train_seconds,
+        "wall_seconds": None,  # filled in below, after saving
+        "device": "cpu",
+        **(extra or {}),
+    }
+    with staged_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        record["wall_seconds"] = time.perf_counter() - wall0
+        write_json(tmp / RECORD_FILE, record)
+    return record
+
+
+__all__ = ["RECORD_FILE", "build_mlm", "pretrain_mlm"]

@@ -55,13 +55,22 @@ import torch
 from torch import nn
 
 from focalcse.core.encode import pad_batch
-from focalcse.core.frameworks.settings import PROMPTBERT_TEMPLATES
+from focalcse.core.frameworks.settings.promptbert import PROMPTBERT_TEMPLATES
 from focalcse.core.model import SentenceEncoder, eval_max_length
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from focalcse.core.frameworks.settings import PromptBERTConfig
+    from focalcse.core.frameworks.settings.promptbert import PromptBERTConfig
+
+SPEC = {
+    "name": "promptbert",
+    "label": "PromptBERT",
+    "settings": "focalcse.core.frameworks.settings.promptbert:PromptBERTConfig",
+    "needs": [],
+    "refuses": ["ddp", "gradcache"],
+    "encoder": True,  # its folders load as PromptEncoder (ENCODER): the template's mask vector
+}
 
 MASK_SLOT = "*mask*"
 SENTENCE_SLOT = "*sent_0*"
@@ -551,7 +560,7 @@ def eval_vectors(
 
 # ---------------------------------------------------------------- the encoder
 ROBERTA_FAMILY = ("roberta", "xlm-roberta")  # model types that get the official RoBERTa templates
-FRAMEWORK_NAME = "promptbert"
+FRAMEWORK_NAME = SPEC["name"]
 
 
 def official_templates(config_or_model_type: Any, choice: str = "auto") -> tuple[Template, Template]:
@@ -656,7 +665,7 @@ class PromptEncoder(SentenceEncoder):
     ) -> PromptEncoder:
         """A PromptBERT encoder to train: :meth:`SentenceEncoder.from_pretrained` (the same loading and
         the same seeded fresh MLP, ``mlp_init="fresh"``) with ``settings``' templates (``auto`` /
-        ``bert`` / ``roberta``) and denoising (``frameworks.promptbert``, :class:`~focalcse.core.frameworks.settings.PromptBERTConfig`)."""
+        ``bert`` / ``roberta``) and denoising (``frameworks.promptbert``, :class:`~focalcse.core.frameworks.settings.promptbert.PromptBERTConfig`)."""
         enc = cls.from_pretrained(
             source,
             pooler=pooler,
@@ -889,14 +898,14 @@ class PromptBERTStep:
 
 
 def training_setup(
-    source: str, cfg: Any, settings: PromptBERTConfig | Any, generator_dir: str | os.PathLike | None = None
+    source: str, cfg: Any, settings: PromptBERTConfig | Any, prepared_dir: str | os.PathLike | None = None
 ) -> tuple[PromptEncoder, PromptBERTStep, int]:
     """``(encoder, step, corpus_max_len)`` for one PromptBERT item (:func:`focalcse.steps.train.framework_encoder`).
 
     The encoder is :meth:`PromptEncoder.from_pretrained_backbone` with ``cfg``'s pooler,
     ``mlp_only_train``, ``max_seq_len`` and seed; the corpus is tokenized with ``max_seq_len + 2``
     tokens (the special tokens that :meth:`PromptEncoder.training_views` drops), so every sentence keeps
-    the official ``max_seq_len`` budget. ``generator_dir`` is unused (DiffCSE's).
+    the official ``max_seq_len`` budget. ``prepared_dir`` is unused (PromptBERT needs no stage output).
     """
     encoder = PromptEncoder.from_pretrained_backbone(
         source,

@@ -15,13 +15,14 @@ torch; the module itself is imported only when :func:`build_loss` builds that lo
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from focalcse.core.literal import add_unique, module_origin, plugin_modules, read_literal, scan
 
 PLUGINS_ENV = "FOCALCSE_LOSS_MODULES"  # comma-separated extra loss modules (seen by stage subprocesses)
 _PACKAGE = __name__
@@ -84,25 +85,10 @@ class LossRegistryError(ValueError):
 
 def read_spec(path: str | os.PathLike, module: str) -> LossSpec:
     """The ``SPEC`` literal of the loss module at ``path``, without importing it."""
-    path = Path(path)
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except SyntaxError as err:
-        raise LossRegistryError(f"{path}: cannot be parsed ({err})") from err
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:  # SPEC: dict = {...}
-            targets = [node.target]
-        else:
-            continue
-        if any(getattr(t, "id", None) == "SPEC" for t in targets):
-            try:
-                raw = ast.literal_eval(node.value)
-            except (ValueError, TypeError, SyntaxError) as err:
-                raise LossRegistryError(f"{path}: SPEC must be a literal dict ({err})") from err
-            return _spec(raw, module, path)
-    raise LossRegistryError(f"{path}: no SPEC = {{...}} at module level; see focalcse.core.losses")
+    raw = read_literal(path, "SPEC", LossRegistryError)
+    if raw is None:
+        raise LossRegistryError(f"{path}: no SPEC = {{...}} at module level; see focalcse.core.losses")
+    return _spec(raw, module, Path(path))
 
 
 def _spec(raw: Any, module: str, path: Path) -> LossSpec:
@@ -137,28 +123,20 @@ _REGISTRY: dict[str, LossSpec] = {}
 def _discover() -> None:
     if _REGISTRY:
         return
-    for path in sorted(_HERE.glob("*.py")):
-        if path.stem not in _NOT_LOSSES:
-            _add(read_spec(path, f"{_PACKAGE}.{path.stem}"))
-    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+    for path, module in scan(_HERE, _PACKAGE, _NOT_LOSSES):
+        _add(read_spec(path, module))
+    for module in plugin_modules(PLUGINS_ENV):
         register_module(module)
 
 
 def _add(spec: LossSpec) -> LossSpec:
-    known = _REGISTRY.get(spec.name)
-    if known is not None and known.module != spec.module:
-        raise LossRegistryError(f"loss {spec.name!r} is registered twice: {known.module} and {spec.module}")
-    _REGISTRY[spec.name] = spec
-    return spec
+    return add_unique(_REGISTRY, spec, "loss", LossRegistryError)
 
 
 def register_module(module: str) -> LossSpec:
     """Register the loss defined in importable module ``module`` (read without importing it)."""
     _discover()
-    found = importlib.util.find_spec(module)
-    if found is None or not found.origin:
-        raise LossRegistryError(f"loss module {module!r} not found on the Python path")
-    return _add(read_spec(found.origin, module))
+    return _add(read_spec(module_origin(module, "loss", LossRegistryError), module))
 
 
 def loss_names() -> tuple[str, ...]:

@@ -1,44 +1,26 @@
-"""The torch-free settings of the frameworks around the loss (``frameworks.<name>`` in
-``params.yaml``): PromptBERT's templates and denoising, DiffCSE's generator, masking and RTD weight,
-and the small MLM its generator stage trains. The framework modules
-(:mod:`focalcse.core.frameworks.promptbert`, :mod:`~focalcse.core.frameworks.diffcse`,
-:mod:`~focalcse.core.frameworks.generator`) consume them; :mod:`focalcse.config` builds them.
+"""DiffCSE's own settings (``frameworks.diffcse`` in ``params.yaml``), torch-free: its generator,
+masking, RTD weight and projector, and the small MLM its generator stage trains. The framework module
+(:mod:`focalcse.core.frameworks.diffcse`, its generator included) consumes them; its ``SPEC`` names
+this class, so its items alone depend on this file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from focalcse.core.settings import HUB_ID, _check_train_layers, _fail, _finite
-
-PROMPTBERT_TEMPLATES = ("auto", "bert", "roberta")
-
-
-@dataclass(frozen=True)
-class PromptBERTConfig:
-    """``frameworks.promptbert``: PromptBERT's templates and denoising (core/frameworks/promptbert.py)."""
-
-    # auto: the official pair of the backbone's family (roberta for RoBERTa models, else bert)
-    templates: str = "auto"
-    # template denoising in training and in the dev checkpoint selection (official unsupervised runs: yes)
-    denoise: bool = True
-    # ... in scoring the test sets (official evaluation.py for the unsupervised models: no); true is a
-    # variant the report labels as such
-    eval_denoise: bool = False
-    train: dict[str, Any] = field(default_factory=dict)  # train keys for every PromptBERT item
-    backbones: dict[str, dict[str, Any]] = field(default_factory=dict)  # <backbone>: train keys
-
-    def __post_init__(self) -> None:
-        if self.templates not in PROMPTBERT_TEMPLATES:
-            _fail(
-                "frameworks.promptbert",
-                "templates",
-                self.templates,
-                f"one of {', '.join(PROMPTBERT_TEMPLATES)}",
-            )
-        _check_train_layers("frameworks.promptbert", self.train, self.backbones)
+from focalcse.core.settings import (
+    HUB_ID,
+    TrainConfig,
+    _check_train_layers,
+    _fail,
+    _finite,
+    _section,
+    _with,
+    from_dict,
+)
 
 
 @dataclass(frozen=True)
@@ -102,3 +84,27 @@ class DiffCSEConfig:
                 "'' (the pretrain_generator stage's MLM), an MLM folder or a hub id",
             )
         _check_train_layers(s, self.train, self.backbones)
+
+    @classmethod
+    def from_mapping(cls, section: str, data: Mapping[str, Any] | None) -> DiffCSEConfig:
+        """Build from the params section, with its nested ``pretrain`` block."""
+        data = dict(_section(section, data))
+        pretrain = from_dict(GeneratorConfig, f"{section}.pretrain", data.pop("pretrain", None))
+        return _with(from_dict(cls, section, data), section, pretrain=pretrain)
+
+    def refusal(self, cfg: TrainConfig) -> tuple[str, Any, str] | None:
+        """``(train key, value, what is expected)`` that this framework refuses of an item's train
+        config, or None; the check stage says it before any training starts."""
+        if cfg.pooler != "cls":
+            return (
+                "pooler",
+                cfg.pooler,
+                "cls: DiffCSE feeds the discriminator the pooled [CLS] after the projector",
+            )
+        if self.batchnorm and not cfg.mlp_only_train:
+            return (
+                "mlp_only_train",
+                cfg.mlp_only_train,
+                "true with frameworks.diffcse.batchnorm: true (the BatchNorm projector is used in training only)",
+            )
+        return None
