@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar, get_type_hints
 
 from focalcse.core.backbones import POOLERS
-from focalcse.core.losses import hyper_declarations, hyper_params, loss_names, loss_spec
+from focalcse.core.losses import hyper_declarations, hyper_params, loss_names, resolve_hyper
 from focalcse.errors import ConfigError
 
 TRAIN_PRECISIONS = ("fp32", "bf16")  # training: fp16 without loss scaling underflows, so it is refused
@@ -112,17 +112,15 @@ class TrainConfig:
 
     def hyper_value(self, key: str) -> float:
         """A loss hyper-parameter: as written, else the default of this config's loss."""
-        written = dict(self.hyper)
-        if key in written:
-            return written[key]
-        defaults = loss_spec(self.loss).defaults
-        if key not in defaults:
+        values = self.loss_kwargs()
+        if key not in values:
             raise KeyError(f"loss {self.loss!r} has no hyper-parameter {key!r}")
-        return defaults[key]
+        return values[key]
 
     def loss_kwargs(self) -> dict[str, float]:
-        """The keyword arguments of this config's loss (its SPEC's hyper-parameters)."""
-        return {key: self.hyper_value(key) for key in loss_spec(self.loss).hyper_names}
+        """The keyword arguments of this config's loss (its SPEC's hyper-parameters, defaults filled
+        by :func:`focalcse.core.losses.resolve_hyper`)."""
+        return resolve_hyper(self.loss, dict(self.hyper))
 
     def to_dict(self) -> dict[str, Any]:
         """The flat train section this config stands for (what model records, metrics and MLflow
@@ -151,8 +149,8 @@ class TrainConfig:
         hyper = [(k, v) for k, v in data.items() if k in declared and k not in own]
         loss = data.get("loss", cls.loss)
         if isinstance(loss, str) and loss in loss_names():
-            written = {k for k, _ in hyper}
-            hyper += [(k, v) for k, v in loss_spec(loss).defaults.items() if k not in written]
+            written = dict(hyper)
+            hyper += [(k, v) for k, v in resolve_hyper(loss, written).items() if k not in written]
         base = from_dict(cls, section, {k: v for k, v in data.items() if k in own})
         return _with(base, section, hyper=tuple(hyper))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,13 @@ def hyper_declarations(key: str) -> dict[str, HyperParam]:
     return {name: h for name in loss_names() for h in _REGISTRY[name].hyper if h.name == key}
 
 
+def resolve_hyper(name: str, written: Mapping[str, Any]) -> dict[str, float]:
+    """Loss ``name``'s hyper-parameters, in its SPEC's order: as ``written``, else the SPEC default.
+    The one place a loss default is filled in (the train config, its loss arguments, :func:`build_loss`);
+    keys ``name`` does not declare are ignored (a train config carries every key it was merged from)."""
+    return {h.name: written.get(h.name, h.default) for h in loss_spec(name).hyper}
+
+
 def loss_class(name: str) -> type:
     """Import the module of loss ``name`` and return its class."""
     spec = loss_spec(name)
@@ -181,9 +189,7 @@ def build_loss(name: str, temperature: float, **hyper: float) -> Any:
     Keys in ``hyper`` that ``name`` does not declare are ignored (a train config carries the keys of
     every loss it was merged from); missing ones take the spec's default.
     """
-    spec = loss_spec(name)
-    kwargs = {**spec.defaults, **{k: v for k, v in hyper.items() if k in spec.hyper_names}}
-    return loss_class(name)(temperature=temperature, **kwargs)
+    return loss_class(name)(temperature=temperature, **resolve_hyper(name, hyper))
 
 
 _LAZY = {
@@ -214,5 +220,6 @@ __all__ = [
     "loss_names",
     "loss_spec",
     "register_module",
+    "resolve_hyper",
     *_LAZY,
 ]
