@@ -84,7 +84,7 @@ def changed_files(repo: Path) -> set[str]:
 
 
 def test_task_and_output_recipes_on_a_copy(tmp_path: Path, data_mirror: Path, tiny_backbone: Path) -> None:
-    repo = make_tiny_project(tmp_path / "repo", data_mirror, tiny_backbone, sweep={"seeds": [1, 2]})
+    repo = make_tiny_project(tmp_path / "repo", data_mirror, tiny_backbone)
     env = project_env(repo, PYTHONPATH=str(repo / "src"))  # the stages import the copy's edited code
     apply_task_recipe(repo)
     apply_output_recipe(repo)

@@ -135,5 +135,6 @@ def test_a_diffcse_change_reruns_only_diffcse_items(fw_project, tmp_path) -> Non
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     # the report prints every framework's settings (its params include `frameworks`): it is the one other
     changed = changed_stages(run(["dvc", "status"], project, env).stdout) - {"check", "report"}
+    print("changed after the DiffCSE edit:", ", ".join(sorted(changed)))  # shown with pytest -s
     assert changed and all("@diffcse-" in s for s in changed), changed
     assert {"pretrain_generator@diffcse-tiny", "train_framework@diffcse-tiny-infonce-1"} <= changed
