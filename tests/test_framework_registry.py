@@ -78,11 +78,7 @@ class ToyStep:
 def training_setup(source, cfg, settings, prepared_dir):
     from focalcse.core.model import SentenceEncoder
 
-    encoder = SentenceEncoder.from_pretrained(
-        source, pooler=cfg.pooler, mlp_only_train=cfg.mlp_only_train, max_seq_len=cfg.max_seq_len,
-        mlp_init="fresh", seed=cfg.seed,
-    )
-    return encoder, ToyStep(settings), cfg.max_seq_len
+    return SentenceEncoder.for_training(source, cfg), ToyStep(settings), cfg.max_seq_len
 """
 
 

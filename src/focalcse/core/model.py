@@ -121,6 +121,20 @@ class SentenceEncoder(nn.Module):
 
     # ---------------------------------------------------------------- loading
     @classmethod
+    def for_training(cls, source: str, cfg: Any) -> SentenceEncoder:
+        """SimCSE's encoder for one train item: ``cfg``'s pooler, ``mlp_only_train`` and length, and a
+        fresh MLP seeded with ``cfg.seed`` (SimCSE's items, and the frameworks that train SimCSE's
+        encoder, e.g. DiffCSE)."""
+        return cls.from_pretrained(
+            source,
+            pooler=cfg.pooler,
+            mlp_only_train=cfg.mlp_only_train,
+            max_seq_len=cfg.max_seq_len,
+            mlp_init="fresh",
+            seed=cfg.seed,
+        )
+
+    @classmethod
     def from_pretrained(
         cls,
         name_or_path: str | os.PathLike,

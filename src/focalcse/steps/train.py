@@ -47,15 +47,7 @@ def framework_encoder(
     ``training_setup(source, cfg, settings, prepared_dir)``."""
     source = params.backbone_source(backbone)
     if framework == BASE_FRAMEWORK:
-        encoder = SentenceEncoder.from_pretrained(
-            source,
-            pooler=cfg.pooler,
-            mlp_only_train=cfg.mlp_only_train,
-            max_seq_len=cfg.max_seq_len,
-            mlp_init="fresh",
-            seed=cfg.seed,
-        )
-        return encoder, None, cfg.max_seq_len
+        return SentenceEncoder.for_training(source, cfg), None, cfg.max_seq_len
     module = framework_module(framework)
     return module.training_setup(source, cfg, params.frameworks.settings(framework), item.prepared_dir)
 

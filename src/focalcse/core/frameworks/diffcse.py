@@ -571,14 +571,7 @@ def training_setup(
     from focalcse.core.backbones import resolve_backbone
     from focalcse.core.model import SentenceEncoder
 
-    encoder = SentenceEncoder.from_pretrained(
-        source,
-        pooler=cfg.pooler,
-        mlp_only_train=cfg.mlp_only_train,
-        max_seq_len=cfg.max_seq_len,
-        mlp_init="fresh",
-        seed=cfg.seed,
-    )
+    encoder = SentenceEncoder.for_training(source, cfg)
     gen_source = generator_source(settings, prepared_dir, Path(prepared_dir).name)
     generator = AutoModelForMaskedLM.from_pretrained(resolve_backbone(gen_source))
     disc = AutoModel.from_pretrained(resolve_backbone(source), attn_implementation="sdpa")
