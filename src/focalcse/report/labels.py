@@ -51,6 +51,12 @@ def loss_color(loss: str) -> str:
         return UNKNOWN_COLOR
 
 
+def avg_is_the_papers(tasks: Iterable[str]) -> bool:
+    """Whether ``avg`` over the evaluated ``tasks`` is the paper's 7-task average (only then does a
+    published average belong in its column)."""
+    return set(average_tasks(list(tasks))) == set(PAPER_TASKS)
+
+
 def column_label(key: str, tasks: Iterable[str] = PAPER_TASKS) -> str:
     """A score column's label: a task's display name, other keys as they are, and for ``avg`` (the
     mean over the evaluated tasks of the paper's 7, :func:`focalcse.data.tasks.average_tasks`) ``Avg.``
@@ -59,7 +65,7 @@ def column_label(key: str, tasks: Iterable[str] = PAPER_TASKS) -> str:
     if key != AVG:
         return display_name(key)
     averaged = average_tasks(list(tasks))
-    if set(averaged) == set(PAPER_TASKS):
+    if avg_is_the_papers(averaged):
         return AVG_LABEL
     if set(averaged) <= set(PAPER_TASKS):
         return f"{AVG_LABEL} ({len(averaged)} of the paper's {len(PAPER_TASKS)})"

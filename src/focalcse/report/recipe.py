@@ -102,7 +102,9 @@ def _paper_key(params: Params, backbone: str, known: Sequence[str]) -> str | Non
 
 
 def recipe(params: Params) -> Recipe:
-    """The departures from, and matches with, the reference recipe of ``params``' sweep and ablations."""
+    """The departures from, and matches with, the reference recipe of ``params``' sweep and ablations,
+    in the report's order: backbones, the training setup of SimCSE's items, each framework's official
+    recipe, evaluation and the ablation points."""
     items = _items(params)
     differs: list[str] = []
     matches: list[str] = []
@@ -110,6 +112,17 @@ def recipe(params: Params) -> Recipe:
     def check(ok: bool, good: str, bad: str) -> None:
         (matches if ok else differs).append(good if ok else bad)
 
+    differs += _backbone_departures(params)
+    _training_setup(params, items, check, differs, matches)
+    if params.sweep.frameworks:
+        _framework_recipes(params, differs, matches)
+    differs += _evaluation_departures(params)
+    return Recipe(differs, matches)
+
+
+def _backbone_departures(params: Params) -> list[str]:
+    """A line for each sweep backbone that is not one of the paper's."""
+    differs: list[str] = []
     paper = published_backbones()
     for b in params.sweep.backbones:
         src = params.backbone_source(b)
@@ -120,7 +133,18 @@ def recipe(params: Params) -> Recipe:
                 f"Backbone {named} is not one of the paper's ({', '.join(paper)}, pre-trained "
                 "with MLM only)" + (f": {known}." if known else "; compare losses, not absolute numbers.")
             )
+    return differs
 
+
+def _training_setup(
+    params: Params,
+    items: list[tuple[str, str, TrainConfig]],
+    check: Callable[[bool, str, str], None],
+    differs: list[str],
+    matches: list[str],
+) -> None:
+    """SimCSE's items against the reference training setup: data, length, dev period, batch and lr,
+    precision, clipping, optimizer, length, pooler, τ and m."""
     n = params.data.num_sentences
     check(
         n >= REFERENCE_SENTENCES,
@@ -202,8 +226,11 @@ def recipe(params: Params) -> Recipe:
             f"m = {REFERENCE_M:g}",
             f"m = {_grouped(with_m, lambda c: c.hyper_value('m'))} (paper: {REFERENCE_M:g}).",
         )
-    if params.sweep.frameworks:
-        _framework_recipes(params, differs, matches)
+
+
+def _evaluation_departures(params: Params) -> list[str]:
+    """Evaluation precision and the Table 4 points."""
+    differs: list[str] = []
     if params.eval.precision != "fp32":
         differs.append(f"Evaluation encodes under {params.eval.precision} (reference: fp32).")
     taus = params.ablation_points("tau")
@@ -216,7 +243,7 @@ def recipe(params: Params) -> Recipe:
             f"Table 4 points τ ∈ {{{', '.join(f'{t:g}' for t in taus)}}} "
             f"(paper: {', '.join(f'{t:g}' for t in REFERENCE_TABLE4)})."
         )
-    return Recipe(differs, matches)
+    return differs
 
 
 def _fmt(value: Any) -> str:

@@ -11,7 +11,14 @@ from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
 from focalcse.eval.stats import Span, span
 from focalcse.layout import ABLATION_KINDS
 from focalcse.report.data import AblationPoint, ReportData, ablation_default
-from focalcse.report.labels import column_label, framework_label, loss_label, metric_columns, run_label
+from focalcse.report.labels import (
+    avg_is_the_papers,
+    column_label,
+    framework_label,
+    loss_label,
+    metric_columns,
+    run_label,
+)
 from focalcse.report.published import (
     PUBLISHED_FRAMEWORKS,
     PublishedRow,
@@ -79,6 +86,14 @@ def loss_rows(
     return rows, classes
 
 
+def published_cell(row: PublishedRow, key: str, params: Params) -> str:
+    """A published number under column ``key``; its 7-task average only under an ``avg`` that is
+    the paper's 7 tasks too (else –: an average over other tasks is not comparable)."""
+    if key == "avg" and not avg_is_the_papers(params.eval.tasks):
+        return MISSING
+    return fmt(row.scores.get(key))
+
+
 def published_label(row: PublishedRow) -> str:
     """A published row's first cell: ``Published: label [source]``, or for a row with derived
     numbers ``Derived: label; avg = a − b (why) [source]``."""
@@ -110,7 +125,7 @@ def table2(params: Params, data: ReportData, backbone: str, framework: str = BAS
     rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols], holm=True)
     published = published_rows(backbone, params.backbone_source(backbone))
     for r in published:
-        rows.append([published_label(r), MISSING] + [fmt(r.scores.get(c)) for c in cols])
+        rows.append([published_label(r), MISSING] + [published_cell(r, c, params) for c in cols])
         classes.append("published")
     seeds = ", ".join(str(s) for s in params.sweep.seeds)
     family = sig.get("holm_family") or [c for c in cols]
@@ -149,7 +164,7 @@ def framework_table2(params: Params, data: ReportData, backbone: str, framework:
     rows, classes = loss_rows(params, sig, backbone, [(c, 2) for c in cols], holm=True, label=label)
     published = published_rows(backbone, params.backbone_source(backbone), framework=framework)
     for r in published:
-        rows.append([published_label(r), MISSING] + [fmt(r.scores.get(c)) for c in cols])
+        rows.append([published_label(r), MISSING] + [published_cell(r, c, params) for c in cols])
         classes.append("published")
     seeds = ", ".join(str(s) for s in params.sweep.seeds)
     family = sig.get("holm_family") or list(cols)
