@@ -75,9 +75,8 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         sts_fingerprint(root),
         "pairs",
         lambda: {key: len(read_split(root, key)) for key in wanted},
+        usable=lambda pairs: list(pairs) == wanted,  # a record of other tasks: read what eval.tasks asks
     )
-    if list(sts_fp["pairs"]) != wanted:  # eval.tasks changed since the record: read what it asks for now
-        sts_fp = {**sts_fp, "pairs": {key: len(read_split(root, key)) for key in wanted}}
     removed = prune_stale(params, layout)
     parsed = []
     for name, path, fp, recorded in (
@@ -116,13 +115,22 @@ def sts_fingerprint(root: Path) -> dict[str, Any]:
 
 
 def _with_derived(
-    path: Path, fingerprint: dict[str, Any], key: str, parse: Callable[[], Any]
+    path: Path,
+    fingerprint: dict[str, Any],
+    key: str,
+    parse: Callable[[], Any],
+    usable: Callable[[Any], bool] = lambda derived: True,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """``(fingerprint + {key: derived}, the recorded fingerprint or None)``: the derived count comes
-    from the record when it names the same bytes, else from ``parse()`` (which raises the data
-    layer's one-line error for a malformed source, before anything is written)."""
+    from the record when it names the same bytes and ``usable`` accepts it, else from ``parse()``
+    (which raises the data layer's one-line error for a malformed source, before anything is written)."""
     recorded = _read_json(path)
-    if recorded is not None and key in recorded and _same_source(recorded, fingerprint):
+    if (
+        recorded is not None
+        and key in recorded
+        and _same_source(recorded, fingerprint)
+        and usable(recorded[key])
+    ):
         return {**fingerprint, key: recorded[key]}, recorded
     return {**fingerprint, key: parse()}, recorded
 

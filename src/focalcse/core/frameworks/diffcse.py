@@ -398,20 +398,6 @@ class ConditionalDiscriminator(nn.Module):
         return logits.squeeze(-1) if self.num_outputs == 1 else logits
 
 
-__all__ = [
-    "OFFICIAL",
-    "BatchNormProjector",
-    "ConditionalDiscriminator",
-    "DiffCSEHyper",
-    "DiffCSEStep",
-    "diffcse_loss",
-    "generator_logits",
-    "mask_tokens",
-    "replace_with_generator",
-    "rtd_loss",
-]
-
-
 class DiffCSEStep:
     """DiffCSE's training step around any registered contrastive loss (:class:`focalcse.core.frameworks.FrameworkStep`).
 
@@ -512,7 +498,7 @@ class DiffCSEStep:
         return total, {"contrastive_loss": float(contrastive.detach()), "rtd_loss": float(rtd.detach())}
 
 
-GENERATOR_RECORD = "generator.json"  # written by the pretrain_generator stage beside its MLM
+RECORD_FILE = "generator.json"  # beside the pretrain_generator stage's MLM: how it was trained (or why not)
 GENERATOR_FILES = ("config.json", "model.safetensors")
 
 
@@ -534,7 +520,7 @@ def generator_source(settings: Any, generator_dir: str | os.PathLike, backbone: 
         f"{backbone} --framework {SPEC['name']})"
     )
     try:
-        record = json.loads((folder / GENERATOR_RECORD).read_text())
+        record = json.loads((folder / RECORD_FILE).read_text())
     except (OSError, ValueError):
         record = None
     if not isinstance(record, dict) or not record.get("pretrained"):
@@ -599,7 +585,6 @@ def training_setup(
 # ``AutoModelForMaskedLM.from_pretrained`` loads, with ``generator.json`` (:data:`RECORD_FILE`)
 # recording how it was trained; the folder appears whole or not at all (:func:`focalcse.atomic.staged_dir`).
 
-RECORD_FILE = GENERATOR_RECORD  # beside the model: how it was trained (or why it was not)
 FINAL_LOSS_WINDOW = 20  # final_loss: the mean of the last steps' losses
 MAX_GRAD_NORM = 1.0
 MAX_POSITIONS = 512
@@ -765,4 +750,18 @@ def pretrain_mlm(
     return record
 
 
-__all__ = ["RECORD_FILE", "build_mlm", "pretrain_mlm"]
+__all__ = [
+    "OFFICIAL",
+    "RECORD_FILE",
+    "BatchNormProjector",
+    "ConditionalDiscriminator",
+    "DiffCSEHyper",
+    "DiffCSEStep",
+    "build_mlm",
+    "diffcse_loss",
+    "generator_logits",
+    "mask_tokens",
+    "pretrain_mlm",
+    "replace_with_generator",
+    "rtd_loss",
+]
