@@ -50,6 +50,7 @@ import quality
 import train_speed
 from common import (
     BASELINE_SIDE,
+    PADDED_SIDES,
     PRESETS,
     REPO,
     TARGETS,
@@ -129,9 +130,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def _sides(flag: str, value: str, count: int | None = None) -> list[str]:
     """The training sides named by ``--<flag>`` (``count`` of them if given); SystemExit otherwise."""
     sides = split_list(value)
-    if any(s not in TRAIN_SIDES for s in sides) or (count is not None and len(sides) != count):
+    if any(s not in TRAIN_SIDES + PADDED_SIDES for s in sides) or (count is not None and len(sides) != count):
         how_many = f"{count} of" if count is not None else "some of"
-        raise SystemExit(f"--{flag} {value!r}: expected {how_many} {', '.join(TRAIN_SIDES)}")
+        raise SystemExit(f"--{flag} {value!r}: expected {how_many} {', '.join(TRAIN_SIDES + PADDED_SIDES)}")
     return sides
 
 

@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 BACKBONE = "all-MiniLM-L6-v2"
 TASKS = tuple(TASK_REGISTRY)  # every registered STS task (focalcse.data.tasks), in registry order
 TRAIN_SIDES = ("st-fp32", "ours-bf16", "st-bf16", "ours-fp32")
+# Opt-in sides (--train-sides / --quality-sides): our trainer with train.unpad false, the padded forward
+PADDED_SIDES = ("ours-bf16-padded", "ours-fp32-padded")
 BASELINE_SIDE = "st-fp32"  # sentence-transformers' recipe at its default precision
 
 # Sizes per preset; every key is also a CLI flag of bench.py (``--train-steps`` ...).
@@ -206,6 +208,7 @@ def train_config(spec: dict[str, Any], loss: str) -> Any:
             "precision": spec["precision"],
             "log_every": 1,
             "device": "cpu",
+            "unpad": spec.get("unpad", True),
         },
     )
 

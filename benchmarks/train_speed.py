@@ -223,12 +223,14 @@ WORKERS = {"ours": worker_train_ours, "st": worker_train_st}
 
 
 def run_side(bench: Bench, side: str, label: str, **spec: Any) -> dict[str, Any]:
-    """One training run of ``side`` (``ours-bf16``, ``st-fp32`` ...) in its own process: the bench's
-    base spec, the side's precision, ST's clipping, then ``spec`` (steps, warmup, dev, ...)."""
-    who, precision = side.split("-")
+    """One training run of ``side`` (``ours-bf16``, ``st-fp32``, ``ours-bf16-padded`` ...) in its own
+    process: the bench's base spec, the side's precision (and ``-padded``: ``train.unpad`` false), ST's
+    clipping, then ``spec`` (steps, warmup, dev, ...)."""
+    who, precision, *variant = side.split("-")
     full = {
         **bench.base,
         "precision": precision,
+        "unpad": variant != ["padded"],
         "st_max_grad_norm": bench.args.st_max_grad_norm,
         **spec,
     }

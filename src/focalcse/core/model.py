@@ -114,6 +114,9 @@ class SentenceEncoder(nn.Module):
         self.mlp_only_train = bool(mlp_only_train) and pooler == "cls"
         self.max_seq_len = int(max_seq_len)
         self.source = source
+        # Train-mode forwards on the real tokens only (focalcse.core.unpad); set by the training loop
+        # for SimCSE items with train.unpad. Evaluation always runs the padded transformers forward.
+        self.unpad = False
         hidden = backbone.config.hidden_size
         self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) if pooler == "cls" else None
         if self.mlp is not None:
@@ -255,7 +258,15 @@ class SentenceEncoder(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor
     ) -> torch.Tensor:
-        """(B, L) token ids -> (B, d) sentence vectors with the pooler for the current mode."""
+        """(B, L) token ids -> (B, d) sentence vectors with the pooler for the current mode.
+
+        In train mode with :attr:`unpad` set, the backbone runs on the real tokens only
+        (:func:`focalcse.core.unpad.packed_hidden`: the same function of the same weights).
+        """
+        if self.unpad and self.training and not extra:
+            from focalcse.core.unpad import packed_hidden
+
+            return self.pool(packed_hidden(self.backbone, input_ids, attention_mask), attention_mask)
         out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **extra)
         return self.pool(out.last_hidden_state, attention_mask)
 

@@ -64,6 +64,9 @@ class TrainConfig:
     grad_cache_chunk: int = 0  # GradCache: sequences per forward (2 per sentence); 0 = one forward
     checkpoint_steps: int = 0  # resumable checkpoint every N steps; 0 = at every dev evaluation
     device: str = "cpu"
+    # SimCSE items: run the encoder's dense layers on the real tokens only (focalcse.core.unpad);
+    # false = the padded transformers forward. Frameworks always train padded.
+    unpad: bool = True
 
     def __post_init__(self) -> None:
         s = "train"

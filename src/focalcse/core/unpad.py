@@ -1,0 +1,145 @@
+"""The training forward without padding: a BERT/RoBERTa encoder run on the real tokens only.
+
+A right-padded (B, L) batch of the 32-token training setting is about a fifth padding, and the
+encoder's dense layers (the Q/K/V and output projections, the FFN, the layer norms, dropout) spend
+their time in proportion to the tokens they see. :func:`packed_hidden` runs those layers on the
+batch's T real tokens packed into one (T, d) matrix, as unpadded encoders do (MosaicBERT, ModernBERT,
+NVIDIA's BERT), and re-pads only around attention, where each sentence must see its own tokens:
+(T, 3d) -> (B, heads, L, d_head), PyTorch's SDPA with the padding mask, and back to (T, d).
+
+It calls the backbone's own modules (the same weights; a saved model is the plain ``transformers``
+folder), in the order ``transformers``' ``BertModel`` / ``RobertaModel`` apply them:
+
+* embeddings: word + token type (0) + position, LayerNorm, dropout. BERT's position is the column;
+  RoBERTa's is ``padding_idx + 1 + `` the token's index in its row (``create_position_ids_from_input_ids``
+  on right- or left-padded rows: the mask's cumulative sum);
+* each layer: one matmul for Q, K and V (their three weight matrices stacked, so one GEMM instead of
+  three), SDPA with the layer's attention dropout, then ``attention.output``, ``intermediate`` and
+  ``output`` exactly as modules of the backbone.
+
+In fp32 the last hidden states and all parameter gradients equal the padded ``transformers`` forward
+within float rounding (tests/test_unpad.py, against ``transformers``, for BERT-, RoBERTa- and
+MiniLM-shaped models). Dropout draws its masks over (T, d) instead of (B, L, d) tensors, so a training
+run with dropout is a different (equally likely) draw from the padded one, and as deterministic.
+
+Which encoders: :func:`unpad_unsupported` says why a backbone cannot (another architecture, a decoder,
+cross-attention, chunked feed-forward, a non-absolute position embedding); those train padded.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+UNPAD_MODEL_TYPES = ("bert", "roberta")
+
+
+def unpad_unsupported(backbone: nn.Module) -> str | None:
+    """None if :func:`packed_hidden` can run ``backbone``; otherwise why not (for the warning)."""
+    config = getattr(backbone, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in UNPAD_MODEL_TYPES:
+        return f"model_type {model_type!r} (the unpadded forward covers {', '.join(UNPAD_MODEL_TYPES)})"
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+        return "a decoder / cross-attention configuration"
+    if getattr(config, "chunk_size_feed_forward", 0):
+        return f"chunk_size_feed_forward={config.chunk_size_feed_forward}"
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return f"position_embedding_type={config.position_embedding_type!r}"
+    if not hasattr(backbone, "embeddings") or not hasattr(backbone, "encoder"):
+        return f"{type(backbone).__name__} has no embeddings/encoder modules"
+    return None
+
+
+class Packing:
+    """Where the real tokens of a (B, L) batch sit: ``index`` (T,) into the flattened batch, row-major."""
+
+    def __init__(self, attention_mask: torch.Tensor) -> None:
+        self.mask = attention_mask.bool()  # (B, L)
+        self.batch, self.width = self.mask.shape
+        self.index = self.mask.reshape(-1).nonzero().squeeze(1)  # (T,)
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """(B, L, ...) -> (T, ...): the real tokens only."""
+        return padded.reshape(self.batch * self.width, *padded.shape[2:])[self.index]
+
+    def repad(self, packed: torch.Tensor) -> torch.Tensor:
+        """(T, ...) -> (B, L, ...) with zeros at the padding (differentiable)."""
+        flat = packed.new_zeros(self.batch * self.width, *packed.shape[1:])
+        return flat.index_copy(0, self.index, packed).view(self.batch, self.width, *packed.shape[1:])
+
+
+def _positions(backbone: nn.Module, packing: Packing) -> torch.Tensor:
+    """Each real token's position id, as the backbone's embeddings compute it for the padded batch."""
+    mask = packing.mask.long()
+    if backbone.config.model_type == "roberta":
+        # create_position_ids_from_input_ids: padding_idx + cumsum over the row's real tokens
+        return packing.pack(torch.cumsum(mask, dim=1) + backbone.embeddings.padding_idx)
+    columns = torch.arange(packing.width, device=mask.device).expand(packing.batch, -1)
+    return packing.pack(columns)
+
+
+def _embed(backbone: nn.Module, input_ids: torch.Tensor, packing: Packing) -> torch.Tensor:
+    emb = backbone.embeddings
+    ids = packing.pack(input_ids)  # (T,)
+    x = emb.word_embeddings(ids) + emb.token_type_embeddings(torch.zeros_like(ids))
+    x = x + emb.position_embeddings(_positions(backbone, packing))
+    return dropout(emb.LayerNorm(x), emb.dropout.p, emb.training)  # (T, d)
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout as ``nn.Dropout``: each element kept with probability 1 - p and scaled by
+    1 / (1 - p), from a float32 uniform draw (``torch.rand(...) >= p``). Same distribution as
+    ``torch.nn.functional.dropout``, whose ``bernoulli_`` mask costs about twice the time on CPU
+    (docs/performance.md); a different draw from the same RNG."""
+    if not training or p == 0.0:
+        return x
+    keep = torch.rand(x.shape, device=x.device) >= p
+    return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
+
+
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor, p: float, scale: float
+):
+    """Softmax attention of (B, H, L, dh) tensors with a (B, 1, 1, L) boolean key mask and dropout ``p``
+    on the probabilities. Without dropout: SDPA. With it: written out (scores, softmax, :func:`dropout`,
+    weighted sum), because CPU SDPA with dropout falls back to a path ~10x slower than without."""
+    if p == 0.0:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, L, L)
+    scores = scores.masked_fill(~attn_mask, float("-inf"))
+    probs = dropout(torch.softmax(scores, dim=-1), p, True)
+    return torch.matmul(probs, v)
+
+
+def _add_norm(block: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """``BertSelfOutput`` / ``BertOutput``: dense, dropout, LayerNorm(. + residual)."""
+    h = dropout(block.dense(h), block.dropout.p, block.training)
+    return block.LayerNorm(h + residual)
+
+
+def _attention(layer: nn.Module, x: torch.Tensor, packing: Packing, attn_mask: torch.Tensor) -> torch.Tensor:
+    """The layer's self-attention block on packed tokens: (T, d) -> (T, d) after its output LayerNorm."""
+    sa = layer.attention.self
+    heads, head = sa.num_attention_heads, sa.attention_head_size
+
+    def split(t: torch.Tensor) -> torch.Tensor:  # (T, d) -> (B, H, L, dh), zeros at the padding
+        return packing.repad(t).view(packing.batch, packing.width, heads, head).transpose(1, 2)
+
+    p = sa.dropout.p if sa.training else 0.0
+    ctx = _attend(split(sa.query(x)), split(sa.key(x)), split(sa.value(x)), attn_mask, p, sa.scaling)
+    ctx = packing.pack(ctx.transpose(1, 2).reshape(packing.batch, packing.width, heads * head))  # (T, d)
+    return _add_norm(layer.attention.output, ctx, x)
+
+
+def packed_hidden(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The last hidden states of a (B, L) batch, computed on its real tokens only: (B, L, d), zeros at
+    the padding (where ``transformers`` would hold values nothing downstream reads)."""
+    packing = Packing(attention_mask)
+    attn_mask = packing.mask[:, None, None, :]  # (B, 1, 1, L): each query sees its row's real keys
+    x = _embed(backbone, input_ids, packing)
+    for layer in backbone.encoder.layer:
+        a = _attention(layer, x, packing, attn_mask)
+        x = _add_norm(layer.output, layer.intermediate(a), a)
+    return packing.repad(x)

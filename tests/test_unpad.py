@@ -1,0 +1,208 @@
+"""The unpadded training forward (focalcse.core.unpad) against the padded ``transformers`` forward.
+
+Every comparison is with ``transformers``' own BertModel / RobertaModel (SDPA attention), never with
+the unpadded code itself; dropout's replacement is checked against a hand-written formula on the same
+uniform draw, and for its distribution.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel
+
+from focalcse.core.model import SentenceEncoder
+from focalcse.core.settings import TrainConfig
+from focalcse.core.training import _use_unpad
+from focalcse.core.unpad import Packing, _attend, dropout, packed_hidden, unpad_unsupported
+
+SHAPES = {
+    # (model_type, config overrides): BERT-shaped, RoBERTa-shaped (padding_idx 1, positions from 2),
+    # MiniLM-shaped (all-MiniLM-L6-v2's 12 heads of a small hidden size, 4x FFN, GELU)
+    "bert": ("bert", {}),
+    "roberta": ("roberta", {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}),
+    "minilm": (
+        "bert",
+        {"hidden_size": 48, "num_attention_heads": 12, "intermediate_size": 192, "num_hidden_layers": 3},
+    ),
+}
+LENGTHS = [12, 3, 7, 12, 1, 9]  # a full row, a 1-token row, the rest ragged
+
+
+def _model(shape: str) -> torch.nn.Module:
+    model_type, extra = SHAPES[shape]
+    kw = dict(
+        vocab_size=200,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, **{**kw, **extra})
+    return AutoModel.from_config(config, attn_implementation="sdpa")
+
+
+def _batch(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(LENGTHS)
+    mask = (torch.arange(width)[None] < torch.tensor(LENGTHS)[:, None]).long()  # (B, L) right-padded
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, model.config.vocab_size, mask.shape, generator=gen)
+    ids[mask == 0] = model.config.pad_token_id or 0
+    return ids, mask
+
+
+def _mode(model: torch.nn.Module, mode: str) -> None:
+    """eval, or train mode with every dropout probability 0 (so both forwards are deterministic)."""
+    if mode == "eval":
+        model.eval()
+        return
+    model.train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+def _forward_and_grads(model, fn, ids, mask, weights):
+    model.zero_grad(set_to_none=True)
+    hidden = fn(ids, mask)
+    (hidden * weights).sum().backward()
+    return hidden.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_packed_forward_and_gradients_equal_transformers(shape: str, mode: str) -> None:
+    model = _model(shape)
+    assert unpad_unsupported(model) is None
+    _mode(model, mode)
+    ids, mask = _batch(model)
+    real = mask.bool()
+    weights = torch.randn(*mask.shape, model.config.hidden_size, generator=torch.Generator().manual_seed(2))
+    weights = weights * mask[..., None]  # a loss that reads real tokens only, as every pooler does
+
+    ref, ref_grads = _forward_and_grads(
+        model, lambda i, m: model(input_ids=i, attention_mask=m).last_hidden_state, ids, mask, weights
+    )
+    out, grads = _forward_and_grads(model, lambda i, m: packed_hidden(model, i, m), ids, mask, weights)
+
+    assert out.shape == ref.shape
+    assert torch.all(out[~real] == 0)  # nothing at the padding
+    rel = (out[real] - ref[real]).abs().max() / ref[real].abs().max()
+    assert rel <= 1e-5, f"{shape}/{mode}: last hidden states differ by {rel:.2e} relative"
+    assert set(grads) == set(ref_grads)  # the same parameters receive gradients (the pooler none)
+    # Relative to the largest gradient: the key biases' gradients are exactly 0 in exact arithmetic
+    # (softmax is invariant to a per-query constant), so both sides hold only rounding there (~1e-9).
+    scale = max(g.abs().max() for g in ref_grads.values())
+    for name, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[name], rtol=1e-5, atol=1e-5 * float(scale), msg=name)
+
+
+def test_a_full_batch_and_a_single_row() -> None:
+    model = _model("bert")
+    model.eval()
+    ids = torch.randint(5, 200, (3, 8))
+    full = torch.ones_like(ids)
+    ref = model(input_ids=ids, attention_mask=full).last_hidden_state
+    torch.testing.assert_close(packed_hidden(model, ids, full), ref, rtol=1e-5, atol=1e-6)
+    one = model(input_ids=ids[:1, :1], attention_mask=full[:1, :1]).last_hidden_state
+    torch.testing.assert_close(packed_hidden(model, ids[:1, :1], full[:1, :1]), one, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("pooler", ["cls", "avg"])
+def test_encoder_train_forward_unpadded_equals_padded(pooler: str, tiny_encoder_factory) -> None:
+    """SentenceEncoder's train-mode forward with ``unpad`` = its padded forward (dropout off), pooled."""
+    enc = tiny_encoder_factory(pooler=pooler)
+    _mode(enc, "train")
+    ids, mask = _batch(enc.backbone)
+    padded = enc(input_ids=ids, attention_mask=mask)
+    enc.unpad = True
+    unpadded = enc(input_ids=ids, attention_mask=mask)
+    torch.testing.assert_close(unpadded, padded, rtol=1e-5, atol=1e-6)
+    enc.eval()  # evaluation always runs the transformers forward
+    assert torch.equal(enc(input_ids=ids, attention_mask=mask), _padded_eval(enc, ids, mask))
+
+
+def _padded_eval(enc: SentenceEncoder, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    enc.unpad = False
+    try:
+        return enc(input_ids=ids, attention_mask=mask)
+    finally:
+        enc.unpad = True
+
+
+def test_dropout_is_inverted_dropout_of_a_uniform_draw() -> None:
+    x = torch.randn(64, 48)
+    torch.manual_seed(5)
+    got = dropout(x, 0.1, True)
+    torch.manual_seed(5)
+    keep = torch.rand(x.shape) >= 0.1
+    expected = torch.where(keep, x / 0.9, torch.zeros_like(x))
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=0.0)
+    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+
+
+def test_dropout_keeps_each_element_with_probability_one_minus_p() -> None:
+    torch.manual_seed(0)
+    x = torch.ones(1000, 1000)
+    out = dropout(x, 0.1, True)
+    kept = (out != 0).float().mean().item()
+    # 1e6 Bernoulli(0.9) draws: std 3e-4; 5 sigma
+    assert abs(kept - 0.9) < 1.5e-3
+    assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 1 / 0.9))
+    assert abs(out.mean().item() - 1.0) < 2e-3  # inverted dropout keeps the expectation
+
+
+def test_attention_with_dropout_is_the_hand_written_formula() -> None:
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=gen) for _ in range(3))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :]
+    torch.manual_seed(9)
+    got = _attend(q, k, v, mask, 0.25, 0.5)
+    torch.manual_seed(9)
+    scores = (q @ k.transpose(-1, -2)) * 0.5
+    scores = scores.masked_fill(~mask, float("-inf"))
+    probs = scores.softmax(-1)
+    keep = torch.rand(probs.shape) >= 0.25
+    expected = (torch.where(keep, probs / 0.75, torch.zeros_like(probs))) @ v
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # without dropout: SDPA, the same as the formula with no dropout
+    torch.testing.assert_close(_attend(q, k, v, mask, 0.0, 0.5), probs @ v, rtol=1e-5, atol=1e-6)
+
+
+def test_packing_round_trip() -> None:
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    packing = Packing(mask)
+    x = torch.arange(9.0).view(3, 3, 1)
+    packed = packing.pack(x)
+    assert packed.squeeze(1).tolist() == [0.0, 1.0, 3.0, 4.0, 5.0, 6.0]
+    assert packing.repad(packed).squeeze(2).tolist() == [[0, 1, 0], [3, 4, 5], [6, 0, 0]]
+
+
+def test_unsupported_backbones_train_padded_with_a_warning() -> None:
+    config = AutoConfig.for_model(
+        "distilbert", vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64, max_position_embeddings=64
+    )
+    backbone = AutoModel.from_config(config)
+    assert "distilbert" in unpad_unsupported(backbone)
+
+    class Enc:
+        pass
+
+    enc = Enc()
+    enc.backbone = backbone
+    with pytest.warns(UserWarning, match="distilbert"):
+        assert _use_unpad(enc, TrainConfig(loss="infonce"), None) is False
+    supported = Enc()
+    supported.backbone = _model("bert")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _use_unpad(supported, TrainConfig(loss="infonce"), None) is True
+        assert _use_unpad(supported, TrainConfig(loss="infonce", unpad=False), None) is False
+        assert _use_unpad(supported, TrainConfig(loss="infonce"), object()) is False  # frameworks: padded
+    decoder = _model("bert")
+    decoder.config.is_decoder = True
+    assert "decoder" in unpad_unsupported(decoder)
