@@ -54,6 +54,7 @@ ORDER = (
     "forward: attention",
     "forward: layer norms + element-wise",
     "forward: embeddings",
+    "forward: packing (pack / re-pad around attention; unpadded only)",
     "forward: rest (residual adds, masks, pooler MLP)",
     "loss",
     "backward",
@@ -114,6 +115,36 @@ def hook(encoder: torch.nn.Module, timers: Timers) -> list[Any]:
     return handles
 
 
+def instrument_unpad(timers: Timers) -> None:
+    """Time the unpadded forward's own functions (:mod:`focalcse.core.unpad`), which run no module the
+    hooks see: its embeddings, its attention (scores, softmax, dropout, weighted sum), its dropout
+    (an element-wise op) and the packing around attention. A function called inside another timed one
+    (a dropout inside the attention, a pack inside the embeddings) counts with the outer one."""
+    from focalcse.core import unpad
+
+    depth = [0]
+
+    def timed(fn: Any, cat: str) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            depth[0] += 1
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    timers.add(cat, time.perf_counter() - t)
+
+        return wrapper
+
+    unpad._embed = timed(unpad._embed, "forward: embeddings")
+    unpad._attend = timed(unpad._attend, "attend")
+    unpad.dropout = timed(unpad.dropout, "forward: layer norms + element-wise")
+    pack = "forward: packing (pack / re-pad around attention; unpadded only)"
+    unpad.Packing.pack = timed(unpad.Packing.pack, pack)
+    unpad.Packing.repad = timed(unpad.Packing.repad, pack)
+
+
 def one_step(loop: Any, cfg: Any, idx: list[int], timers: Timers) -> float:
     """``_step``'s SimCSE path, phase by phase; returns the loss."""
     from focalcse.core.encode import autocast_context, pad_batch
@@ -156,6 +187,9 @@ def main() -> int:
     ap.add_argument("--max-len", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out-json", type=Path, default=None)
+    ap.add_argument(
+        "--padded", action="store_true", help="train.unpad false: the padded transformers forward"
+    )
     args = ap.parse_args()
     mirror = os.environ.get("FOCALCSE_DATA_MIRROR", "")
     if not mirror or not Path(mirror).is_dir():
@@ -177,6 +211,7 @@ def main() -> int:
         "max_len": args.max_len,
         "seed": 1,
         "precision": args.precision,
+        "unpad": not args.padded,
     }
     cfg = train_config(spec, "infonce")
     encoder = SentenceEncoder.from_pretrained(
@@ -201,6 +236,8 @@ def main() -> int:
                 plain_steps.append(time.perf_counter() - t)
         timers = Timers()
         handles = hook(encoder, timers)
+        if encoder.unpad:
+            instrument_unpad(timers)
         hooked_steps = []
         for i in range(args.warmup + args.steps):
             timers.on = i >= args.warmup
@@ -215,7 +252,10 @@ def main() -> int:
     parts = dict.fromkeys(ORDER, 0.0)
     parts.update({k: v for k, v in tot.items() if k in parts})
     parts["forward: Q/K/V + attention-output projections"] = tot["qkv"] + tot["output projection"]
-    parts["forward: attention"] = tot["attention.self"] - tot["qkv"]  # the self-attention less its Q/K/V
+    # padded: the self-attention module less its Q/K/V; unpadded: the attention function (no module)
+    parts["forward: attention"] = (
+        tot["attention.self"] - tot["qkv"] if tot["attention.self"] else 0.0
+    ) + tot["attend"]
     named = sum(v for k, v in parts.items() if k.startswith("forward: ") and "rest" not in k)
     parts["forward: rest (residual adds, masks, pooler MLP)"] = max(0.0, tot["forward"] - named)
     step_total = sum(hooked_steps)
@@ -223,6 +263,7 @@ def main() -> int:
     report = {
         "backbone": BACKBONE,
         "precision": args.precision,
+        "forward": "unpadded" if encoder.unpad else "padded",
         "batch": f"{args.batch_size} x 2 views x {args.max_len} tokens",
         "threads": args.threads,
         "torch": torch.__version__,
@@ -235,7 +276,7 @@ def main() -> int:
         "share": {k: round(s, 4) for k, _, s in rows},
     }
     print(
-        f"{BACKBONE}, {args.precision}, batch {report['batch']}, {args.threads} threads, {args.steps} steps: "
+        f"{BACKBONE}, {args.precision}, {report['forward']} forward, batch {report['batch']}, {args.threads} threads, {args.steps} steps: "
         f"median step {report['step_seconds_plain']:.3f} s without hooks, "
         f"{report['step_seconds_hooked']:.3f} s with them"
     )

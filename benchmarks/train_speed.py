@@ -288,9 +288,17 @@ def summarise(runs: dict[str, list[dict[str, Any]]], batch_size: int) -> dict[st
             ratio(s["sentences_per_second"], base["sentences_per_second"]) if base else float("nan")
         )
     for prec in ("fp32", "bf16"):  # like-for-like precision: what the other levers give on their own
-        ours, st = out.get(f"ours-{prec}"), out.get(f"st-{prec}")
-        if ours and st:
-            ours[f"speedup_vs_st_{prec}"] = ratio(ours["sentences_per_second"], st["sentences_per_second"])
+        st = out.get(f"st-{prec}")
+        for side, ours in out.items():
+            if st and side.startswith(f"ours-{prec}"):
+                ours[f"speedup_vs_st_{prec}"] = ratio(
+                    ours["sentences_per_second"], st["sentences_per_second"]
+                )
+                # repetition i of each side against repetition i of the other (same order position)
+                ours[f"speedup_vs_st_{prec}_per_rep"] = [
+                    ratio(a, b)
+                    for a, b in zip(ours["sentences_per_second_per_rep"], st["sentences_per_second_per_rep"])
+                ]
     return out
 
 
@@ -306,29 +314,33 @@ def markdown(tr: dict[str, Any], report: dict[str, Any]) -> list[str]:
         f"{cfg['train_warmup']} steps dropped), median over repetitions; peak memory = the side's process peak RSS "
         "(its growth during training in brackets).",
         "",
-        "| side | sentences/s | vs ST fp32 | median step ms (CPU ms) | peak RSS MB (train growth) | STS-B dev after |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| side | sentences/s | vs ST at the same precision (per rep) | vs ST fp32, its default | median step ms "
+        "(CPU ms) | peak RSS MB (train growth) | STS-B dev after |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for side, s in tr.items():
+        who, prec = side.split("-")[:2]
+        like = s.get(f"speedup_vs_st_{prec}")
+        if who == "ours" and like is not None:
+            ok = like >= TARGETS[f"train_speedup_{prec}"]
+            reps = ", ".join(f"{r:.2f}" for r in s[f"speedup_vs_st_{prec}_per_rep"])
+            like_cell = f"**{like:.2f}x**{mark(ok)} ({reps})"
+        else:
+            like_cell = "1.00x" if who == "st" else "–"
         sp = s["speedup_vs_st_fp32"]
-        ok = sp >= TARGETS["train_speedup"] if side.startswith("ours") and sp == sp else None
         lines.append(
-            f"| {side} | {s['sentences_per_second']:.1f} | {sp:.2f}x{mark(ok)} | {s['median_step_ms']:.0f} "
+            f"| {side} | {s['sentences_per_second']:.1f} | {like_cell} | {sp:.2f}x | {s['median_step_ms']:.0f} "
             f"({s['median_step_cpu_ms']:.0f}) | "
             f"{s['peak_rss_mb']:.0f} ({s['train_rss_growth_mb']:+.0f}) | {s['stsb_dev_after']:.2f} |"
         )
-    like = [
-        f"{side}: {s[f'speedup_vs_st_{p}']:.2f}x vs st-{p}"
-        for side, s in tr.items()
-        for p in ("fp32", "bf16")
-        if side == f"ours-{p}" and f"st-{p}" in tr
-    ]
     start = (report.get("eval") or {}).get("stsb_dev_start")
     return lines + [
         "",
-        f"Target: ours >= {TARGETS['train_speedup']}x sentence-transformers (its default fp32 recipe) at the same or "
-        "better STS-B dev."
-        + (f" Like-for-like precision: {'; '.join(like)}." if like else "")
+        f"Targets, like for like: ours >= {TARGETS['train_speedup_bf16']}x sentence-transformers in bf16 and >= "
+        f"{TARGETS['train_speedup_fp32']}x in fp32, the same precision on both sides (ours-*-padded: our trainer with "
+        "`train.unpad: false`). Second, and a different comparison: our bf16 default against sentence-transformers' "
+        f"fp32 default (the 'vs ST fp32' column; its old target {TARGETS['train_speedup']}x), which is mostly bf16 "
+        "autocast, a setting sentence-transformers has too."
         + (f" STS-B dev before training: {start:.2f}." if start is not None else ""),
         "",
     ]
