@@ -99,18 +99,19 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
 
 
-def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor, p: float, scale: float
-):
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor, p: float, scale: float):
     """Softmax attention of (B, H, L, dh) tensors with a (B, 1, 1, L) boolean key mask and dropout ``p``
     on the probabilities. Without dropout: SDPA. With it: written out (scores, softmax, :func:`dropout`,
-    weighted sum), because CPU SDPA with dropout falls back to a path ~10x slower than without."""
+    weighted sum), because CPU SDPA with dropout falls back to a slower path. The written-out attention
+    computes in float32 and returns the inputs' dtype, as SDPA does internally for bf16 inputs, so
+    bf16 training keeps SDPA's precision (bf16 scores and softmax would double its error)."""
     if p == 0.0:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, L, L)
-    scores = scores.masked_fill(~attn_mask, float("-inf"))
-    probs = dropout(torch.softmax(scores, dim=-1), p, True)
-    return torch.matmul(probs, v)
+    with torch.autocast(q.device.type, enabled=False):
+        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale  # (B, H, L, L)
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+        probs = dropout(torch.softmax(scores, dim=-1), p, True)
+        return torch.matmul(probs, v.float()).to(q.dtype)
 
 
 def _add_norm(block: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
