@@ -99,7 +99,9 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor, p: float, scale: float):
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor, p: float, scale: float
+):
     """Softmax attention of (B, H, L, dh) tensors with a (B, 1, 1, L) boolean key mask and dropout ``p``
     on the probabilities. Without dropout: SDPA. With it: written out (scores, softmax, :func:`dropout`,
     weighted sum), because CPU SDPA with dropout falls back to a slower path. The written-out attention
