@@ -4,8 +4,15 @@ The paper's BERT-base setting: batch 64, max_len 32, AdamW lr 3e-5 with linear d
 (tau 0.05, m 0.3), here with bf16 autocast. The model is BERT-base-shaped (hidden 768, 12 layers,
 12 heads, vocabulary 30522) and randomly initialised from a config, so no hub access is needed;
 ``--backbone`` loads real weights instead (a hub id in the HF cache or a local folder). Sentences are
-random token ids of full length (wiki1m sentences almost all reach 32 tokens): throughput and memory
-do not depend on the words.
+random token ids (throughput and memory do not depend on the words) of ``--lengths``: ``ragged`` (the
+default) draws each length as the stand-in corpus's at length 32 roughly are, 43 % at ``--max-len``
+and the rest uniform in [max_len / 4, max_len - 1] (mean ~25 tokens, ~21 % of a batch padding);
+``full`` gives every sentence ``--max-len`` tokens (no padding). ``--unpad`` / ``--no-unpad`` picks
+the training forward (``train.unpad``; default on, as the trainer). AdamW is the trainer's fused one.
+
+It also checks that the unpadded forward agrees with the padded ``transformers`` forward on the
+device (``--verify-unpad``, on by default): fp32, eval mode, one ragged batch; the largest relative
+difference of the last hidden states is reported as ``unpad_max_rel_diff``.
 
 On CUDA it first checks GradCache on the device (``--verify-gradcache``, on by default there): one
 fp32 step with dropout, plain autograd over the chunks vs the cached re-forward; this exercises the
@@ -14,6 +21,7 @@ CUDA RNG replay that the CPU tests cannot reach.
     python benchmarks/gpu_check.py                          # 300 steps on cuda
     python benchmarks/gpu_check.py --steps 3 --device cpu   # smoke test (slow)
     python benchmarks/gpu_check.py --batch-size 512 --grad-cache-chunk 64   # GradCache memory
+    python benchmarks/gpu_check.py --no-unpad --loss infonce   # padded forward (compare with --unpad)
     torchrun --nproc_per_node=4 benchmarks/gpu_check.py     # DDP, global batch 64 over 4 GPUs
 
 Prints one JSON line at the end (also written to ``--json``).
@@ -57,6 +65,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--verify-gradcache", action=argparse.BooleanOptionalAction, default=None, help="default: on for cuda"
     )
+    p.add_argument(
+        "--lengths", choices=["ragged", "full"], default="ragged", help="sentence lengths (see above)"
+    )
+    p.add_argument("--unpad", action=argparse.BooleanOptionalAction, default=True, help="train.unpad")
+    p.add_argument("--verify-unpad", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--json", default="", help="write the result here too")
     return p.parse_args(argv)
 
@@ -114,6 +127,37 @@ def verify_gradcache(encoder, device: torch.device, vocab: int) -> float:
     return max((got[k] - ref[k]).abs().max().item() for k in ref) / scale
 
 
+def ragged_mask(batch: int, max_len: int, gen: torch.Generator) -> torch.Tensor:
+    """(batch, max_len) right-padded attention mask: 43 % of rows full, the rest uniform in
+    [max_len // 4, max_len - 1] tokens."""
+    full = torch.rand(batch, generator=gen) < 0.43
+    lengths = torch.randint(max(1, max_len // 4), max_len, (batch,), generator=gen)
+    lengths = torch.where(full, torch.full_like(lengths, max_len), lengths)
+    return (torch.arange(max_len)[None] < lengths[:, None]).long()
+
+
+def verify_unpad(encoder, device: torch.device, vocab: int) -> float:
+    """Max relative difference of the last hidden states (real tokens), unpadded against padded
+    ``transformers`` forward, fp32, eval mode, one ragged batch of 32 on ``device``."""
+    from focalcse.core.unpad import packed_hidden
+
+    gen = torch.Generator().manual_seed(1)
+    mask = ragged_mask(32, 32, gen).to(device)
+    ids = torch.randint(1000, vocab, (32, 32), generator=gen).to(device) * mask
+    was, tf32 = encoder.training, torch.backends.cuda.matmul.allow_tf32
+    encoder.eval()
+    torch.backends.cuda.matmul.allow_tf32 = False  # full fp32: the two paths' GEMM shapes differ
+    try:
+        with torch.no_grad():
+            ref = encoder.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+            got = packed_hidden(encoder.backbone, ids, mask)
+    finally:
+        encoder.train(was)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    real = mask.bool()
+    return float((got[real] - ref[real]).abs().max() / ref[real].abs().max())
+
+
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -146,13 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     vocab = encoder.backbone.config.vocab_size
     verify = args.verify_gradcache if args.verify_gradcache is not None else device.type == "cuda"
     gradcache_error = verify_gradcache(encoder, device, vocab) if verify and not ctx.distributed else None
+    unpad_error = verify_unpad(encoder, device, vocab) if args.verify_unpad else None
+    encoder.unpad = args.unpad  # the training loop's setting (SimCSE items, BERT/RoBERTa backbones)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
     torch.manual_seed(ctx.rank_seed(args.seed))
     model = ctx.wrap_model(encoder)
     loss_fn = ctx.wrap_loss(build_loss(args.loss, args.temperature, m=args.m)).to(device)
-    optimizer = torch.optim.AdamW(encoder.parameters(), lr=args.lr)
+    fused = device.type in ("cpu", "cuda") or None  # as the trainer
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=args.lr, eps=1e-8, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / args.steps))
     (local,) = ctx.shard_batches([list(range(args.batch_size))])
     data_gen = torch.Generator().manual_seed(args.seed)  # same global batches on every rank
@@ -165,9 +212,15 @@ def main(argv: list[str] | None = None) -> int:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
-        ids = torch.randint(1000, vocab, (args.batch_size, args.max_len), generator=data_gen)[local]
+        ids = torch.randint(1000, vocab, (args.batch_size, args.max_len), generator=data_gen)
+        if args.lengths == "ragged":
+            mask = ragged_mask(args.batch_size, args.max_len, data_gen)
+            ids = ids * mask  # pad id 0
+        else:
+            mask = torch.ones_like(ids)
+        ids, mask = ids[local], mask[local]
         ids2 = torch.cat([ids, ids]).to(device, non_blocking=True)  # (2n, L): two views
-        mask2 = torch.ones_like(ids2)
+        mask2 = torch.cat([mask, mask]).to(device, non_blocking=True)
         with autocast_context(device, args.precision):
             loss = two_view_loss(model, loss_fn, ids2, mask2, args.grad_cache_chunk)
         optimizer.zero_grad(set_to_none=True)
@@ -196,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": args.batch_size,
         "max_len": args.max_len,
         "grad_cache_chunk": args.grad_cache_chunk,
+        "lengths": args.lengths,
+        "unpad": args.unpad,
+        "unpad_max_rel_diff": unpad_error,
         "steps": args.steps,
         "timed_steps": timed,
         "seconds": round(seconds, 3),
@@ -213,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as f:
                 f.write(line + "\n")
     cleanup()
+    if unpad_error is not None and unpad_error > 1e-4:
+        print(f"unpad check failed: relative hidden-state difference {unpad_error:.2e}", file=sys.stderr)
+        return 3
     if gradcache_error is not None and gradcache_error > 1e-4:
         print(f"GradCache check failed: relative gradient difference {gradcache_error:.2e}", file=sys.stderr)
         return 2

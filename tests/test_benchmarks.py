@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from focalcse.data.tasks import TASKS as REGISTRY
 
@@ -170,3 +171,37 @@ def test_gpu_check_defaults_are_the_paper_recipe():
     assert (args.batch_size, args.max_len, args.temperature, args.m, args.lr) == (64, 32, 0.05, 0.3, 3e-5)
     with pytest.raises(SystemExit):
         gpu_check.parse_args(["--loss", "hcl"])
+    assert (args.unpad, args.lengths, args.verify_unpad) == (True, "ragged", True)  # as the trainer trains
+    assert gpu_check.parse_args(["--no-unpad"]).unpad is False
+
+
+def test_gpu_check_ragged_lengths_look_like_the_corpus():
+    """43 % of rows full, the rest in [8, 31] tokens at length 32: about a fifth padding."""
+    mask = gpu_check.ragged_mask(20000, 32, torch.Generator().manual_seed(0))
+    lengths = mask.sum(1)
+    assert abs((lengths == 32).float().mean().item() - 0.43) < 0.02
+    assert lengths.min() >= 8 and lengths.max() == 32
+    assert torch.all(mask[:, :-1] >= mask[:, 1:])  # right-padded
+    assert 0.17 < 1 - mask.float().mean().item() < 0.25
+
+
+def test_gpu_check_runs_a_tiny_ragged_unpadded_training_on_cpu(tmp_path):
+    out = tmp_path / "r.json"
+    args = [
+        "--device",
+        "cpu",
+        "--steps",
+        "3",
+        "--warmup",
+        "0",
+        "--hidden",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+    ]
+    assert gpu_check.main([*args, "--batch-size", "8", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["unpad"] is True and result["lengths"] == "ragged"
+    assert result["unpad_max_rel_diff"] <= 1e-5
