@@ -81,7 +81,16 @@ def test_bad_flags_stop_before_any_work(argv, message):
         bench.main(argv)
 
 
-@pytest.mark.parametrize(("raw", "md"), [("results.json", "RESULTS.md"), ("quality.json", "QUALITY.md")])
+@pytest.mark.parametrize(
+    ("raw", "md"),
+    [
+        ("results.json", "RESULTS.md"),
+        ("quality.json", "QUALITY.md"),
+        ("train_results.json", "TRAIN.md"),  # like for like, with the padded forward beside it
+        ("quality_unpad.json", "QUALITY_UNPAD.md"),  # unpadded vs padded, seeds 1-5
+        ("quality_unpad_6-10.json", "QUALITY_UNPAD_6-10.md"),
+    ],
+)
 def test_markdown_reproduces_the_committed_results(raw, md):
     report = json.loads((BENCH_DIR / raw).read_text())
     assert bench.markdown(report) + "\n" == (BENCH_DIR / md).read_text()
@@ -96,6 +105,8 @@ def test_summaries_reproduce_the_committed_numbers():
     assert same(train_speed.summarise(report["train_raw"], report["config"]["batch_size"]), report["train"])
     assert same(eval_speed.summarise(report["eval_raw"]), report["eval"])
     assert same(focal_overhead.summarise(report["loss_raw"]), report["loss"])
+    like = json.loads((BENCH_DIR / "train_results.json").read_text())
+    assert same(train_speed.summarise(like["train_raw"], like["config"]["batch_size"]), like["train"])
 
 
 def test_step_intervals_drop_warmup():
