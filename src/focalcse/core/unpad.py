@@ -3,19 +3,18 @@
 A right-padded (B, L) batch of the 32-token training setting is about a fifth padding, and the
 encoder's dense layers (the Q/K/V and output projections, the FFN, the layer norms, dropout) spend
 their time in proportion to the tokens they see. :func:`packed_hidden` runs those layers on the
-batch's T real tokens packed into one (T, d) matrix, as unpadded encoders do (MosaicBERT, ModernBERT,
+batch's real tokens packed into one (T, d) matrix, as unpadded encoders do (MosaicBERT, ModernBERT,
 NVIDIA's BERT), and re-pads only around attention, where each sentence must see its own tokens:
-(T, 3d) -> (B, heads, L, d_head), PyTorch's SDPA with the padding mask, and back to (T, d).
+Q, K and V to (B, heads, L, d_head), attention with the padding mask, and back to (T, d).
 
-It calls the backbone's own modules (the same weights; a saved model is the plain ``transformers``
-folder), in the order ``transformers``' ``BertModel`` / ``RobertaModel`` apply them:
+It calls the backbone's own weights (a saved model is the plain ``transformers`` folder), in the
+order ``transformers``' ``BertModel`` / ``RobertaModel`` apply them:
 
 * embeddings: word + token type (0) + position, LayerNorm, dropout. BERT's position is the column;
-  RoBERTa's is ``padding_idx + 1 + `` the token's index in its row (``create_position_ids_from_input_ids``
-  on right- or left-padded rows: the mask's cumulative sum);
-* each layer: one matmul for Q, K and V (their three weight matrices stacked, so one GEMM instead of
-  three), SDPA with the layer's attention dropout, then ``attention.output``, ``intermediate`` and
-  ``output`` exactly as modules of the backbone.
+  RoBERTa's is ``padding_idx`` + the mask's cumulative sum over the row (``create_position_ids_from_input_ids``);
+* each layer: the ``query``, ``key`` and ``value`` projections, attention (:func:`_attend`: SDPA
+  without dropout, written out in float32 with it), then dense, :func:`dropout` and LayerNorm of
+  ``attention.output``, ``intermediate``, and dense, :func:`dropout` and LayerNorm of ``output``.
 
 In fp32 the last hidden states and all parameter gradients equal the padded ``transformers`` forward
 within float rounding (tests/test_unpad.py, against ``transformers``, for BERT-, RoBERTa- and
@@ -88,7 +87,7 @@ class Packing:
 
 
 def _positions(backbone: nn.Module, packing: Packing) -> torch.Tensor:
-    """Each real token's position id, as the backbone's embeddings compute it for the padded batch."""
+    """Each computed token's position id, as the backbone's embeddings compute it for the padded batch."""
     mask = packing.mask.long()
     if backbone.config.model_type == "roberta":
         # create_position_ids_from_input_ids: padding_idx + cumsum over the row's real tokens
