@@ -143,6 +143,8 @@ def instrument_unpad(timers: Timers) -> None:
     pack = "forward: packing (pack / re-pad around attention; unpadded only)"
     unpad.Packing.pack = timed(unpad.Packing.pack, pack)
     unpad.Packing.repad = timed(unpad.Packing.repad, pack)
+    unpad.Packing.to_heads = timed(unpad.Packing.to_heads, pack)
+    unpad.Packing.from_heads = timed(unpad.Packing.from_heads, pack)
 
 
 def one_step(loop: Any, cfg: Any, idx: list[int], timers: Timers) -> float:

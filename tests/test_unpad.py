@@ -222,6 +222,26 @@ def test_packing_round_trip() -> None:
     assert packing.repad(packed).squeeze(2).tolist() == [[0, 1, 0], [3, 4, 5], [6, 0, 0]]
 
 
+def test_head_layout_equals_the_transposed_repad_and_back() -> None:
+    """to_heads is the re-padded (B, L, H, dh) tensor transposed to (B, H, L, dh), written contiguous;
+    from_heads takes the computed tokens back out; gradients flow to exactly the computed entries."""
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]])
+    packing = Packing(mask, multiple=1)
+    heads, head = 2, 3
+    packed = torch.randn(6, heads * head, requires_grad=True)
+    want = packing.repad(packed.detach()).view(3, 4, heads, head).transpose(1, 2)
+    got = packing.to_heads(packed, heads)
+    assert got.is_contiguous() and torch.equal(got, want)
+    assert torch.equal(packing.from_heads(got), packed.detach())
+    w = torch.randn(3, heads, 4, head)
+    (got * w).sum().backward()
+    assert torch.equal(packed.grad, packing.pack(w.transpose(1, 2).reshape(3, 4, heads * head)))
+    ctx = torch.randn(3, heads, 4, head, requires_grad=True)
+    g = torch.randn(6, heads * head)
+    (packing.from_heads(ctx) * g).sum().backward()
+    assert torch.equal(ctx.grad, packing.repad(g).view(3, 4, heads, head).transpose(1, 2))
+
+
 def test_unsupported_backbones_train_padded_with_a_warning() -> None:
     config = AutoConfig.for_model(
         "distilbert", vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64, max_position_embeddings=64

@@ -5,7 +5,10 @@ encoder's dense layers (the Q/K/V and output projections, the FFN, the layer nor
 their time in proportion to the tokens they see. :func:`packed_hidden` runs those layers on the
 batch's real tokens packed into one (T, d) matrix, as unpadded encoders do (MosaicBERT, ModernBERT,
 NVIDIA's BERT), and re-pads only around attention, where each sentence must see its own tokens:
-Q, K and V to (B, heads, L, d_head), attention with the padding mask, and back to (T, d).
+Q, K and V are scattered straight into the head-major (B, heads, L, d_head) layout the batched matmuls
+read (:meth:`Packing.to_heads`), attention runs with the padding mask, and the result is gathered back
+to (T, d) (:meth:`Packing.from_heads`). Re-padding to (B, L, d) and transposing instead costs a strided
+copy of each of Q, K, V and the output, forward and backward (docs/performance.md).
 
 It calls the backbone's own weights (a saved model is the plain ``transformers`` folder), in the
 order ``transformers``' ``BertModel`` / ``RobertaModel`` apply them:
@@ -75,6 +78,7 @@ class Packing:
             flat = flat.clone()
             flat[(~flat).nonzero().squeeze(1)[:extra]] = True
         self.index = flat.nonzero().squeeze(1)  # (T,)
+        self._head_rows: dict[int, torch.Tensor] = {}
 
     def pack(self, padded: torch.Tensor) -> torch.Tensor:
         """(B, L, ...) -> (T, ...): the computed tokens only."""
@@ -84,6 +88,31 @@ class Packing:
         """(T, ...) -> (B, L, ...) with zeros at the positions not computed (differentiable)."""
         flat = packed.new_zeros(self.batch * self.width, *packed.shape[1:])
         return flat.index_copy(0, self.index, packed).view(self.batch, self.width, *packed.shape[1:])
+
+    def head_rows(self, heads: int) -> torch.Tensor:
+        """(T * heads,): for each computed token and head, in that order, its row in a head-major
+        (B, heads, L, d_head) tensor viewed as (B * heads * L, d_head)."""
+        rows = self._head_rows.get(heads)
+        if rows is None:
+            b, col = self.index // self.width, self.index % self.width
+            h = torch.arange(heads, device=self.index.device)
+            rows = ((b[:, None] * heads + h) * self.width + col[:, None]).reshape(-1)
+            self._head_rows[heads] = rows
+        return rows
+
+    def to_heads(self, packed: torch.Tensor, heads: int) -> torch.Tensor:
+        """(T, heads * d_head) -> contiguous (B, heads, L, d_head), zeros at the positions not computed:
+        the layout attention's batched matmuls read, written in one scatter (no transposed copy)."""
+        head = packed.shape[1] // heads
+        flat = packed.new_zeros(self.batch * heads * self.width, head)
+        flat = flat.index_copy(0, self.head_rows(heads), packed.reshape(-1, head))
+        return flat.view(self.batch, heads, self.width, head)
+
+    def from_heads(self, padded: torch.Tensor) -> torch.Tensor:
+        """(B, heads, L, d_head) -> (T, heads * d_head): the computed tokens, heads concatenated."""
+        heads, head = padded.shape[1], padded.shape[3]
+        rows = padded.reshape(-1, head).index_select(0, self.head_rows(heads))
+        return rows.view(-1, heads * head)
 
 
 def _positions(backbone: nn.Module, packing: Packing) -> torch.Tensor:
@@ -141,14 +170,11 @@ def _add_norm(block: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> torc
 def _attention(layer: nn.Module, x: torch.Tensor, packing: Packing, attn_mask: torch.Tensor) -> torch.Tensor:
     """The layer's self-attention block on packed tokens: (T, d) -> (T, d) after its output LayerNorm."""
     sa = layer.attention.self
-    heads, head = sa.num_attention_heads, sa.attention_head_size
-
-    def split(t: torch.Tensor) -> torch.Tensor:  # (T, d) -> (B, H, L, dh), zeros at the padding
-        return packing.repad(t).view(packing.batch, packing.width, heads, head).transpose(1, 2)
+    heads = sa.num_attention_heads
 
     p = sa.dropout.p if sa.training else 0.0
-    ctx = _attend(split(sa.query(x)), split(sa.key(x)), split(sa.value(x)), attn_mask, p, sa.scaling)
-    ctx = packing.pack(ctx.transpose(1, 2).reshape(packing.batch, packing.width, heads * head))  # (T, d)
+    q, k, v = (packing.to_heads(proj(x), heads) for proj in (sa.query, sa.key, sa.value))
+    ctx = packing.from_heads(_attend(q, k, v, attn_mask, p, sa.scaling))  # (T, d)
     return _add_norm(layer.attention.output, ctx, x)
 
 
