@@ -129,10 +129,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _sides(flag: str, value: str, count: int | None = None) -> list[str]:
     """The training sides named by ``--<flag>`` (``count`` of them if given); SystemExit otherwise."""
-    sides = split_list(value)
-    if any(s not in TRAIN_SIDES + PADDED_SIDES for s in sides) or (count is not None and len(sides) != count):
+    sides, known = split_list(value), TRAIN_SIDES + PADDED_SIDES
+    if any(s not in known for s in sides) or (count is not None and len(sides) != count):
         how_many = f"{count} of" if count is not None else "some of"
-        raise SystemExit(f"--{flag} {value!r}: expected {how_many} {', '.join(TRAIN_SIDES + PADDED_SIDES)}")
+        raise SystemExit(f"--{flag} {value!r}: expected {how_many} {', '.join(known)}")
     return sides
 
 

@@ -192,7 +192,22 @@ def main() -> int:
     ap.add_argument(
         "--padded", action="store_true", help="train.unpad false: the padded transformers forward"
     )
+    ap.add_argument(
+        "--malloc-keep",
+        action="store_true",
+        help="glibc only: mallopt(M_MMAP_THRESHOLD, M_TRIM_THRESHOLD = 1 GiB) before anything is allocated, so "
+        "freed blocks stay in the heap instead of going back to the OS (a lever measured, not used by the trainer)",
+    )
     args = ap.parse_args()
+    if args.malloc_keep:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        if not (
+            libc.mallopt(-3, 1 << 30) and libc.mallopt(-1, 1 << 30)
+        ):  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+            print("error: --malloc-keep: mallopt refused", file=sys.stderr)
+            return 2
     mirror = os.environ.get("FOCALCSE_DATA_MIRROR", "")
     if not mirror or not Path(mirror).is_dir():
         print(f"error: FOCALCSE_DATA_MIRROR={mirror!r}: set it to the data mirror folder", file=sys.stderr)
@@ -266,6 +281,7 @@ def main() -> int:
         "backbone": BACKBONE,
         "precision": args.precision,
         "forward": "unpadded" if encoder.unpad else "padded",
+        "malloc_keep": args.malloc_keep,
         "batch": f"{args.batch_size} x 2 views x {args.max_len} tokens",
         "threads": args.threads,
         "torch": torch.__version__,

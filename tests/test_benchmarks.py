@@ -89,6 +89,7 @@ def test_bad_flags_stop_before_any_work(argv, message):
         ("train_results.json", "TRAIN.md"),  # like for like, with the padded forward beside it
         ("quality_unpad.json", "QUALITY_UNPAD.md"),  # unpadded vs padded, seeds 1-5
         ("quality_unpad_6-10.json", "QUALITY_UNPAD_6-10.md"),
+        ("quality_unpad_11-20.json", "QUALITY_UNPAD_11-20.md"),
     ],
 )
 def test_markdown_reproduces_the_committed_results(raw, md):
@@ -107,6 +108,24 @@ def test_summaries_reproduce_the_committed_numbers():
     assert same(focal_overhead.summarise(report["loss_raw"]), report["loss"])
     like = json.loads((BENCH_DIR / "train_results.json").read_text())
     assert same(train_speed.summarise(like["train_raw"], like["config"]["batch_size"]), like["train"])
+
+
+def test_combined_unpad_quality_is_the_three_runs_and_scipys_paired_t():
+    """quality_unpad_20.json: seeds 1-20 of the three committed runs, tested with scipy directly."""
+    from scipy import stats
+
+    combined = json.loads((BENCH_DIR / "quality_unpad_20.json").read_text())
+    runs = [json.loads((BENCH_DIR / f).read_text())["quality"] for f in combined["sources"]]
+    assert combined["seeds"] == list(range(1, 21)) == [s for r in runs for s in r["seeds"]]
+    for side in ("ours-bf16", "ours-bf16-padded"):
+        assert combined["dev"][side] == [x for r in runs for x in r["dev"][side]]
+    for key, n in (("test_seeds_1_10", 10), ("test", 20)):
+        a, b = combined["dev"]["ours-bf16"][:n], combined["dev"]["ours-bf16-padded"][:n]
+        t = stats.ttest_rel(a, b)
+        ci = t.confidence_interval(0.95)
+        got = combined[key]
+        assert got["n"] == n and got["p_value"] == pytest.approx(t.pvalue, rel=1e-9)
+        assert (got["ci_low"], got["ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
 
 
 def test_step_intervals_drop_warmup():
