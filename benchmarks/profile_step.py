@@ -195,17 +195,17 @@ def main() -> int:
     ap.add_argument(
         "--malloc-keep",
         action="store_true",
-        help="glibc only: mallopt(M_MMAP_THRESHOLD, M_TRIM_THRESHOLD = 1 GiB) before anything is allocated, so "
-        "freed blocks stay in the heap instead of going back to the OS (a lever measured, not used by the trainer)",
+        help="glibc only: mallopt(M_MMAP_THRESHOLD, M_TRIM_THRESHOLD = 1 GiB) before the model and data are "
+        "loaded, so freed blocks stay in the heap instead of going back to the OS (a lever measured, not used "
+        "by the trainer)",
     )
     args = ap.parse_args()
     if args.malloc_keep:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        if not (
-            libc.mallopt(-3, 1 << 30) and libc.mallopt(-1, 1 << 30)
-        ):  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+        m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+        if not (libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 30)):
             print("error: --malloc-keep: mallopt refused", file=sys.stderr)
             return 2
     mirror = os.environ.get("FOCALCSE_DATA_MIRROR", "")
