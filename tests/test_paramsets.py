@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from focalcse.config import ConfigError, load_params
-from focalcse.paramsets import HEADER, available, compose, compose_set, load_set, use
+from focalcse.paramsets import EXTENDS, HEADER, available, chain, compose, compose_set, load_set, use
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,9 +46,11 @@ def test_mappings_merge_and_everything_else_replaces() -> None:
 
 @pytest.mark.parametrize("name", available(REPO))
 def test_every_set_holds_only_what_differs_and_validates(name: str) -> None:
-    """An overlay key equal to the default's value would hide a later change of the default."""
-    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    """An overlay key equal to its base's value (the set it extends, or the default) would hide a
+    later change of that base."""
     over = yaml.safe_load((REPO / "params" / f"{name}.yaml").read_text())
+    parent = over.pop(EXTENDS, None)
+    base = compose_set(REPO, parent) if parent else yaml.safe_load((REPO / "params.yaml").read_text())
 
     def same(b: object, o: object, where: str) -> list[str]:
         if isinstance(o, dict) and isinstance(b, dict):
@@ -115,3 +117,67 @@ def test_cli_use_and_config_read_overlays(tmp_path: Path) -> None:
     assert done.returncode == 0 and "git checkout params.yaml" in done.stdout
     bad = subprocess.run([*cli, "params", "use", "nope", "--root", str(root)], capture_output=True, text=True)
     assert bad.returncode == 2 and "no params/nope.yaml" in bad.stderr
+
+
+def _write_set(root: Path, name: str, body: dict) -> None:
+    (root / "params" / f"{name}.yaml").write_text(yaml.safe_dump(body), encoding="utf-8")
+
+
+def test_an_overlay_extends_an_overlay_base_first(tmp_path: Path) -> None:
+    """a <- b <- c: each link merged over the one it names, the default at the bottom; the extends
+    keys themselves never reach the composed mapping."""
+    root = _checkout(tmp_path)
+    _write_set(root, "a", {"train": {"max_steps": 7, "lr": 1.0e-4}, "tracking": {"experiment": "a"}})
+    _write_set(root, "b", {EXTENDS: "a", "train": {"max_steps": 9}, "sweep": {"seeds": [1, 4]}})
+    _write_set(root, "c", {EXTENDS: "b", "sweep": {"seeds": [1, 6]}, "tracking": {"experiment": "c"}})
+    assert chain(root, "c") == ["a", "b", "c"]
+    default = yaml.safe_load((root / "params.yaml").read_text())
+    got = compose_set(root, "c")
+    assert EXTENDS not in got
+    assert got["train"]["max_steps"] == 9 and got["train"]["lr"] == 1.0e-4  # b over a
+    assert got["train"]["temperature"] == default["train"]["temperature"]  # the default beneath
+    assert got["sweep"]["seeds"] == [1, 6] and got["sweep"]["losses"] == default["sweep"]["losses"]
+    assert got["tracking"]["experiment"] == "c"
+    message = use(root, "c")
+    assert "params/a.yaml + params/b.yaml + params/c.yaml" in message
+    text = (root / "params.yaml").read_text()
+    assert text.startswith(HEADER) and "params/a.yaml, then params/b.yaml, then params/c.yaml" in text
+    assert load_params(root / "params.yaml").train.max_steps == 9
+
+
+def test_paper_tau005_is_paper_with_tau_005(tmp_path: Path) -> None:
+    """The set that extends paper differs from it in Focal-InfoNCE's BERT tau, the tau ablation's
+    points and the experiment name only (checked key by key against paper's composed mapping)."""
+    paper, other = compose_set(REPO, "paper"), compose_set(REPO, "paper-tau005")
+    for backbone in ("bert-base-uncased", "bert-large-uncased"):
+        assert paper["backbone_overrides"][backbone]["losses"]["focal_infonce"]["temperature"] == 0.07
+        assert other["backbone_overrides"][backbone]["losses"]["focal_infonce"]["temperature"] == 0.05
+        other["backbone_overrides"][backbone]["losses"] = paper["backbone_overrides"][backbone]["losses"]
+    assert other["ablation"]["temperatures"] == [0.03, 0.07, 0.1]
+    assert other["tracking"]["experiment"] == "paper-tau005"
+    other["ablation"]["temperatures"], other["tracking"] = paper["ablation"]["temperatures"], paper["tracking"]
+    assert other == paper
+    p = load_set(REPO, "paper-tau005")
+    for backbone in p.sweep.backbones:
+        for loss in p.sweep.losses:
+            assert p.effective_config(backbone, loss, 1, "simcse")["temperature"] == 0.05
+
+
+@pytest.mark.parametrize(
+    ("sets", "needle"),
+    [
+        ({"x": {EXTENDS: "y"}, "y": {EXTENDS: "x"}}, "extends forms a loop (x -> y -> x)"),
+        ({"x": {EXTENDS: "x"}}, "extends forms a loop (x -> x)"),
+        ({"x": {EXTENDS: "nope"}}, "parameter set 'nope': no params/nope.yaml"),
+        ({"x": {EXTENDS: ["y"]}}, "extends: ['y']: expected the name of a set in params/"),
+    ],
+)
+def test_a_bad_extends_is_one_line_and_writes_nothing(tmp_path: Path, sets: dict, needle: str) -> None:
+    root = _checkout(tmp_path)
+    for name, body in sets.items():
+        _write_set(root, name, body)
+    before = (root / "params.yaml").read_bytes()
+    with pytest.raises(ConfigError) as err:
+        use(root, "x")
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert (root / "params.yaml").read_bytes() == before

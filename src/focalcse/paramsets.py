@@ -1,7 +1,9 @@
-"""Parameter sets as overlays: ``params/<set>.yaml`` holds only what differs from ``params.yaml``.
+"""Parameter sets as overlays: ``params/<set>.yaml`` holds only what differs from the set it extends.
 
 A set is composed by a deep merge: a mapping merges key by key, any other value (a list, a scalar)
-replaces the base's. The base is the default ``params.yaml``: the file in the checkout, or, when the
+replaces the base's. A set's base is the set its top-level ``extends: <name>`` names (itself composed
+the same way, so overlays stack: ``paper-tau005`` extends ``paper``, which extends the default), or the
+default ``params.yaml`` when it names none. The default is the file in the checkout, or, when the
 checkout's ``params.yaml`` is itself a composed set (it starts with :data:`HEADER`), the committed one
 (``git show HEAD:params.yaml``), so composing twice never stacks two sets.
 
@@ -25,6 +27,7 @@ from focalcse.config import ConfigError, Params, load_params
 
 HEADER = "# composed parameter set"
 SETS_DIR = "params"
+EXTENDS = "extends"  # an overlay's top-level key naming the set it is merged over
 
 
 def compose(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
@@ -79,13 +82,34 @@ def overlay_path(root: str | Path, name: str) -> Path:
     return path
 
 
+def chain(root: str | Path, name: str) -> list[str]:
+    """The sets ``name`` is composed from, the set itself last: ``["paper", "paper-tau005"]``."""
+    names: list[str] = []
+    current: str | None = name
+    while current is not None:
+        if current in names:
+            loop = " -> ".join([*names, current])
+            raise ConfigError(f"parameter set {name!r}: {EXTENDS} forms a loop ({loop})")
+        names.append(current)
+        path = overlay_path(root, current)
+        parent = _mapping(path.read_text(encoding="utf-8"), str(path)).get(EXTENDS)
+        if parent is not None and (not isinstance(parent, str) or not parent):
+            raise ConfigError(f"{path}: {EXTENDS}: {parent!r}: expected the name of a set in {SETS_DIR}/")
+        current = parent
+    return names[::-1]
+
+
 def compose_set(root: str | Path, name: str) -> dict[str, Any]:
-    """The raw mapping of set ``name``: the default params.yaml with ``params/<name>.yaml`` merged in."""
-    path = overlay_path(root, name)
-    return compose(
-        _mapping(base_text(root), f"{root}/params.yaml"),
-        _mapping(path.read_text(encoding="utf-8"), str(path)),
-    )
+    """The raw mapping of set ``name``: the default params.yaml with every overlay of its chain
+    (:func:`chain`) merged in, base first; the ``extends`` keys themselves are dropped."""
+    links = chain(root, name)  # first: an unknown set is named before the default is read
+    raw = _mapping(base_text(root), f"{root}/params.yaml")
+    for link in links:
+        path = overlay_path(root, link)
+        overlay = _mapping(path.read_text(encoding="utf-8"), str(path))
+        overlay.pop(EXTENDS, None)
+        raw = compose(raw, overlay)
+    return raw
 
 
 def validate(raw: dict[str, Any], where: str) -> Params:
@@ -112,9 +136,10 @@ def load_any(path: str | Path) -> Params:
     return load_params(path)
 
 
-def render(name: str, raw: dict[str, Any]) -> str:
+def render(name: str, raw: dict[str, Any], links: list[str] | None = None) -> str:
+    merged = ", then ".join(f"{SETS_DIR}/{link}.yaml" for link in (links or [name]))
     header = (
-        f"{HEADER}: params.yaml with {SETS_DIR}/{name}.yaml merged in (`focalcse params use {name}`,\n"
+        f"{HEADER}: params.yaml with {merged} merged in (`focalcse params use {name}`,\n"
         f"# `make reproduce PARAMS={name}`). Edit {SETS_DIR}/{name}.yaml, not this file; `git checkout params.yaml`\n"
         "# restores the default.\n"
     )
@@ -126,9 +151,10 @@ def use(root: str | Path, name: str) -> str:
     Returns the line that says what changed and how to go back."""
     raw = compose_set(root, name)
     validate(raw, f"{SETS_DIR}/{name}.yaml over params.yaml")
+    links = chain(root, name)
     target = Path(root) / "params.yaml"
-    atomic_write(target, render(name, raw))
+    atomic_write(target, render(name, raw, links))
     return (
-        f"params.yaml <- params.yaml + {SETS_DIR}/{name}.yaml (experiment {raw.get('tracking', {}).get('experiment')!r}); "
+        f"params.yaml <- params.yaml + {' + '.join(f'{SETS_DIR}/{link}.yaml' for link in links)} (experiment {raw.get('tracking', {}).get('experiment')!r}); "
         "`git checkout params.yaml` restores the default"
     )
