@@ -17,11 +17,11 @@ from focalcse.core.frameworks.diffcse import (
     BatchNormProjector,
     ConditionalDiscriminator,
     diffcse_loss,
-    mask_tokens,
     replace_with_generator,
     rtd_loss,
 )
 from focalcse.core.losses.infonce import InfoNCE
+from focalcse.core.masking import mask_tokens
 
 SENTENCES = ["a man is playing a guitar", "two dogs run", "the cat sat on the big red table near the park"]
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from focalcse.config import FrameworksConfig, Params, SweepConfig
-from focalcse.core.frameworks.diffcse import RECORD_FILE, pretrain_mlm
 from focalcse.core.frameworks.settings.diffcse import DiffCSEConfig, GeneratorConfig
+from focalcse.core.generator import RECORD_FILE, pretrain_mlm
 from focalcse.layout import Layout
 from focalcse.steps import pretrain_generator
 from focalcse.steps.pretrain_generator import generator_source

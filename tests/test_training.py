@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from focalcse.config import TrainConfig
+from focalcse.core.batching import batch_order, tokenize_corpus
 from focalcse.core.model import RECORD_FILE, SentenceEncoder, read_record
-from focalcse.core.training import NonFiniteLossError, batch_order, tokenize_corpus, train
+from focalcse.core.training import NonFiniteLossError, train
 from focalcse.data.sts import StsSplit, write_prepared
 from focalcse.eval.sts_eval import stsb_dev_evaluator
 

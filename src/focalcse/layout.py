@@ -49,6 +49,7 @@ def safe_name(backbone: str) -> str:
 # (``sweep.frameworks``). SimCSE's paths, names and commands carry no framework, so adding a framework
 # to a sweep leaves every SimCSE item exactly as it was (DVC restores it instead of retraining).
 BASE_FRAMEWORK = "simcse"
+GENERATOR_RECORD = "generator.json"  # in each pretrain_generator item's folder: how its MLM was trained, or why none was
 FRAMEWORK_STAGES = {"train": "train_framework", "evaluate": "evaluate_framework"}
 
 

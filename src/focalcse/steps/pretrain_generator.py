@@ -2,8 +2,8 @@
 none is trained.
 
 A framework whose registry ``SPEC`` lists ``"generator"`` in ``needs`` (DiffCSE) gets a generator
-trained here (its module's ``pretrain_mlm``, e.g. :func:`focalcse.core.frameworks.diffcse.pretrain_mlm`) when its settings'
-``generator`` is ``""``. Every other item's folder holds only ``generator.json`` saying why none is
+trained here (:func:`focalcse.core.generator.pretrain_mlm`, on the framework's ``pretrain`` settings) when its
+settings' ``generator`` is ``""``. Every other item's folder holds only ``generator.json`` saying why none is
 trained; that branch imports no torch. Each framework's items depend on their own item only
 (``models/generators/<framework>/<backbone>``), so a framework that needs no generator never waits for
 or reruns after another's. :func:`generator_source` is what training loads as the generator.
@@ -17,10 +17,10 @@ from typing import Any
 from focalcse.atomic import staged_dir, write_json
 from focalcse.config import Params
 from focalcse.core.frameworks import framework_module, framework_spec
-from focalcse.layout import Layout
+from focalcse.layout import GENERATOR_RECORD, Layout
 from focalcse.provenance import git_commit, versions
 
-RECORD_FILE = "generator.json"  # = the framework module's RECORD_FILE (that module imports torch)
+RECORD_FILE = GENERATOR_RECORD
 
 
 def needs_pretraining(params: Params, framework: str) -> bool:
@@ -39,6 +39,7 @@ def run(
     settings = params.frameworks.settings(framework)
     if needs_pretraining(params, framework):
         from focalcse.core.backbones import resolve_backbone
+        from focalcse.core.generator import pretrain_mlm
         from focalcse.provenance import provenance
 
         source = params.backbone_source(backbone)
@@ -47,7 +48,7 @@ def run(
             "backbone": backbone,
             "backbone_source": source,
         }  # the portable name, not the resolved path
-        return framework_module(framework).pretrain_mlm(
+        return pretrain_mlm(
             layout.corpus_file,
             resolve_backbone(source),
             cfg,

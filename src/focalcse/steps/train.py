@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from focalcse.atomic import write_json
+from focalcse.atomic import sha256_file, write_json
 from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
+from focalcse.core.batching import tokenize_corpus
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.frameworks import framework_module
 from focalcse.core.model import SentenceEncoder
-from focalcse.core.training import MetricsCallback, sha256_file, tokenize_corpus, train
+from focalcse.core.training import MetricsCallback, train
 from focalcse.eval.sts_eval import stsb_dev_evaluator
 from focalcse.layout import Layout, TrainItem
 from focalcse.provenance import provenance

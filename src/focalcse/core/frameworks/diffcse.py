@@ -33,21 +33,19 @@ and ``README.md``:
 
 Plain torch plus a Hugging Face encoder.
 
-* **Generator, trained here** (the ``pretrain_generator`` stage, :func:`pretrain_mlm`): no MLM can be
-  downloaded offline, so a small BERT MLM is trained from random weights on the corpus with the
-  backbone's tokenizer (see the section comment above :func:`build_mlm`).
+* **Generator, trained here** (the ``pretrain_generator`` stage, :func:`focalcse.core.generator.pretrain_mlm`):
+  no MLM can be downloaded offline, so a small BERT MLM is trained from random weights on the corpus
+  with the backbone's tokenizer. That job is its own module, which this one does not import: a change
+  to the pre-training reruns the generator items, and DiffCSE's items only if the generator comes out
+  different. The masking both use is :func:`focalcse.core.masking.mask_tokens`.
 
-One module of ~760 lines on purpose: a framework item's DVC deps name its framework as one file
-(``src/focalcse/core/frameworks/${item.framework}.py``, beside its settings module), so DiffCSE's code
-changes, its generator's included, retrain only DiffCSE items, and no other framework's generator item
-depends on this code.
+This module is the training step only; a framework item's DVC deps name it as one file
+(``src/focalcse/core/frameworks/${item.framework}.py``, beside its settings module).
 """
 
 from __future__ import annotations
 
-import math
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -57,13 +55,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
-from tqdm.auto import tqdm
 
-from focalcse.atomic import staged_dir, write_json
-from focalcse.core.encode import pad_batch
-from focalcse.core.frameworks.settings.diffcse import GeneratorConfig
-from focalcse.core.training import batch_order, sha256_file, tokenize_corpus
-from focalcse.errors import NonFiniteLossError
+from focalcse.core.masking import mask_tokens
+from focalcse.layout import GENERATOR_RECORD
 
 SPEC = {
     "name": "diffcse",
@@ -75,10 +69,6 @@ SPEC = {
     "refuses": ["ddp", "gradcache"],
     "encoder": False,  # its folders are SimCSE-shaped: pooled [CLS], loadable by sentence-transformers
 }
-
-IGNORE_INDEX = -100  # train.py 532: MLM labels of unselected tokens (as HF's collator)
-MASK_FRACTION = 0.8  # train.py 535: selected tokens that become [MASK]
-RANDOM_FRACTION_OF_REST = 0.5  # train.py 539: of the other selected tokens, half become a random id
 
 
 @dataclass(frozen=True)
@@ -132,65 +122,6 @@ OFFICIAL: dict[str, DiffCSEHyper] = {
         batchnorm=None,
     ),
 }
-
-
-def mask_tokens(
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    special_mask: torch.Tensor,
-    ratio: float,
-    mask_token_id: int,
-    generator: torch.Generator | None,
-    *,
-    vocab_size: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The generator's input: BERT-style 80/10/10 masking, as ``train.py`` 512-544.
-
-    Args:
-        input_ids: (B, L) long.
-        attention_mask: (B, L), 1 on real tokens. The official code relies on the tokenizer's special
-            tokens mask, which already covers padding; padding is excluded here too, in case
-            ``special_mask`` does not mark it.
-        special_mask: (B, L) bool/0-1, 1 on special tokens (``tokenizer.get_special_tokens_mask(ids,
-            already_has_special_tokens=True)``).
-        ratio: probability with which each eligible token is selected (``--masking_ratio``).
-        mask_token_id: the tokenizer's mask id.
-        generator: the random source, None for the global RNG (the official code uses the global RNG, in the same order of
-            draws: selection, 80% mask, 50% random, random ids).
-        vocab_size: random ids are drawn from ``[0, vocab_size)`` (official: ``len(tokenizer)``).
-
-    Returns:
-        ``(masked_ids, mlm_labels)``: the corrupted ids, and the original id at selected positions
-        and ``-100`` elsewhere (``train.py`` 532).
-    """
-    if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f"ratio must be in [0, 1], got {ratio}")
-    device = input_ids.device
-    eligible = ~special_mask.bool() & attention_mask.bool()
-    probability = torch.full(input_ids.shape, float(ratio), device=device)
-    probability.masked_fill_(~eligible, 0.0)
-    selected = torch.bernoulli(probability, generator=generator).bool()
-    labels = input_ids.clone()
-    labels[~selected] = IGNORE_INDEX
-
-    masked = input_ids.clone()
-    to_mask = (
-        torch.bernoulli(torch.full(input_ids.shape, MASK_FRACTION, device=device), generator=generator).bool()
-        & selected
-    )
-    masked[to_mask] = mask_token_id
-    to_random = (
-        torch.bernoulli(
-            torch.full(input_ids.shape, RANDOM_FRACTION_OF_REST, device=device), generator=generator
-        ).bool()
-        & selected
-        & ~to_mask
-    )
-    random_ids = torch.randint(
-        vocab_size, input_ids.shape, dtype=input_ids.dtype, device=device, generator=generator
-    )
-    masked[to_random] = random_ids[to_random]
-    return masked, labels
 
 
 def replace_with_generator(
@@ -498,7 +429,7 @@ class DiffCSEStep:
         return total, {"contrastive_loss": float(contrastive.detach()), "rtd_loss": float(rtd.detach())}
 
 
-RECORD_FILE = "generator.json"  # beside the pretrain_generator stage's MLM: how it was trained (or why not)
+RECORD_FILE = GENERATOR_RECORD  # beside the pretrain_generator stage's MLM: how it was trained (or why not)
 GENERATOR_FILES = ("config.json", "model.safetensors")
 
 
@@ -568,188 +499,6 @@ def training_setup(
     return encoder, step, cfg.max_seq_len
 
 
-# ---------------------------------------------------------------- the generator, trained here
-# DiffCSE's generator, trained here: a small BERT masked-language model on the training corpus.
-#
-# The official DiffCSE loads a pretrained ``distilbert-base-uncased`` as its frozen generator
-# (``models.py`` 122). No model can be downloaded offline, so the ``pretrain_generator`` stage trains a
-# small MLM from random weights with the backbone's tokenizer (the generator must share the
-# discriminator's vocabulary): a ``BertForMaskedLM`` of ``GeneratorConfig`` size, BERT's 80/10/10 masking
-# (:func:`focalcse.core.frameworks.diffcse.mask_tokens`, at ``GeneratorConfig.mask_ratio``) and the
-# cross-entropy on the selected tokens only. The MLM head runs on the selected positions alone, which
-# gives the same loss as HF's ``labels=-100`` form without computing the vocabulary logits of every
-# token. AdamW, linear decay to 0 without warm-up, the gradient norm clipped to 1.0, as the SimCSE
-# trainer (:mod:`focalcse.core.training`). CPU, with torch's threads as the environment sets them.
-#
-# The result is a Hugging Face folder (``config.json``, ``model.safetensors``, the tokenizer) that
-# ``AutoModelForMaskedLM.from_pretrained`` loads, with ``generator.json`` (:data:`RECORD_FILE`)
-# recording how it was trained; the folder appears whole or not at all (:func:`focalcse.atomic.staged_dir`).
-
-FINAL_LOSS_WINDOW = 20  # final_loss: the mean of the last steps' losses
-MAX_GRAD_NORM = 1.0
-MAX_POSITIONS = 512
-_MAX_REDRAWS = 100  # a batch whose masking selected no token is masked again (tiny batches only)
-
-
-def build_mlm(cfg: GeneratorConfig, vocab_size: int, pad_token_id: int) -> Any:
-    """A randomly initialised ``BertForMaskedLM`` of ``cfg``'s size, its weights seeded with ``cfg.seed``."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    config = BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=cfg.hidden,
-        num_hidden_layers=cfg.layers,
-        num_attention_heads=cfg.heads,
-        intermediate_size=4 * cfg.hidden,
-        max_position_embeddings=MAX_POSITIONS,
-        pad_token_id=pad_token_id,
-    )
-    torch.manual_seed(cfg.seed)
-    return BertForMaskedLM(config)
-
-
-def _batches(n: int, cfg: GeneratorConfig) -> list[list[int]]:
-    """``cfg.steps`` index batches: seeded permutations of the corpus, as many epochs as needed."""
-    per_epoch = len(batch_order(n, cfg.batch_size, 1, cfg.seed))
-    if per_epoch == 0:
-        raise ValueError(f"no MLM batch: {n} sentence(s) with batch_size {cfg.batch_size}")
-    return batch_order(n, cfg.batch_size, math.ceil(cfg.steps / per_epoch), cfg.seed)[: cfg.steps]
-
-
-def _mask(
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    special_ids: torch.Tensor,
-    cfg: GeneratorConfig,
-    mask_token_id: int,
-    vocab_size: int,
-    gen: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """80/10/10 masking of one batch; redrawn while no token is selected (so the loss is defined)."""
-    special = torch.isin(
-        ids, special_ids
-    )  # = tokenizer.get_special_tokens_mask(already_has_special_tokens=True)
-    for _ in range(_MAX_REDRAWS):
-        masked, labels = mask_tokens(
-            ids, mask, special, cfg.mask_ratio, mask_token_id, gen, vocab_size=vocab_size
-        )
-        if bool((labels != IGNORE_INDEX).any()):
-            return masked, labels
-    raise ValueError(
-        f"MLM masking selected no token in {_MAX_REDRAWS} draws (mask_ratio {cfg.mask_ratio}): the batch "
-        "has (almost) no non-special tokens"
-    )
-
-
-def pretrain_mlm(
-    corpus_file: str | os.PathLike,
-    tokenizer_source: str,
-    cfg: GeneratorConfig,
-    out_dir: str | os.PathLike,
-    progress: bool = True,
-    *,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Train a small MLM on ``corpus_file`` with ``tokenizer_source``'s tokenizer; save it to ``out_dir``.
-
-    Args:
-        corpus_file: one sentence a line (blank lines dropped), tokenised with special tokens and
-            truncated to ``cfg.max_seq_len``.
-        tokenizer_source: what ``AutoTokenizer.from_pretrained`` loads (the backbone's folder or hub id).
-        cfg: model size and training settings.
-        out_dir: the HF folder written (replaced whole, atomically): model, tokenizer, ``generator.json``.
-        progress: show a tqdm bar.
-        extra: more fields for the record (e.g. the backbone name), written before ``meta``.
-
-    Returns:
-        The ``generator.json`` record.
-
-    Raises:
-        NonFiniteLossError: the loss or the gradient norm became NaN or inf (nothing is written).
-    """
-    from transformers import AutoTokenizer
-
-    wall0 = time.perf_counter()
-    corpus_file = Path(corpus_file)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
-    if tokenizer.mask_token_id is None:
-        raise ValueError(f"tokenizer {tokenizer_source!r} has no mask token; an MLM generator needs one")
-    vocab_size = len(tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    corpus = tokenize_corpus(corpus_file, tokenizer, cfg.max_seq_len)
-    ids_column = corpus["input_ids"]
-    n = len(ids_column)
-    batches = _batches(n, cfg)
-
-    model = build_mlm(cfg, vocab_size, pad_id)
-    model.train()
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0
-    )
-    total = len(batches)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total))
-    gen = torch.Generator().manual_seed(cfg.seed)  # the masking's random source
-    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
-
-    losses: list[float] = []
-    train_seconds = 0.0
-    bar = tqdm(
-        total=total,
-        desc=f"pretrain generator ({cfg.layers}x{cfg.hidden})",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
-    for step, idx in enumerate(batches, start=1):
-        t0 = time.perf_counter()
-        ids, mask = pad_batch([ids_column[i] for i in idx], pad_id)  # (B, L)
-        masked, labels = _mask(ids, mask, special_ids, cfg, tokenizer.mask_token_id, vocab_size, gen)
-        hidden = model.bert(input_ids=masked, attention_mask=mask).last_hidden_state  # (B, L, h)
-        selected = labels != IGNORE_INDEX  # (B, L)
-        logits = model.cls(hidden[selected])  # (S, V): the head on the selected tokens only
-        loss = F.cross_entropy(logits.float(), labels[selected])
-        if not torch.isfinite(loss):
-            bar.close()
-            raise NonFiniteLossError(f"generator MLM loss is {loss.item()} at step {step} (lr {cfg.lr})")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM))
-        if not math.isfinite(grad_norm):
-            bar.close()
-            raise NonFiniteLossError(f"generator gradient norm is {grad_norm} at step {step} (lr {cfg.lr})")
-        optimizer.step()
-        scheduler.step()
-        train_seconds += time.perf_counter() - t0
-        losses.append(float(loss.item()))
-        bar.update(1)
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
-    bar.close()
-    model.eval()
-
-    tail = losses[-FINAL_LOSS_WINDOW:]
-    record: dict[str, Any] = {
-        "pretrained": True,
-        "config": asdict(cfg),
-        "architecture": "BertForMaskedLM",
-        "vocab_size": vocab_size,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "corpus": {"file": str(corpus_file), "sha256": sha256_file(corpus_file), "sentences": n},
-        "steps": total,
-        "first_loss": losses[0],
-        "final_loss": sum(tail) / len(tail),
-        "final_loss_window": len(tail),
-        "train_seconds": train_seconds,
-        "wall_seconds": None,  # filled in below, after saving
-        "device": "cpu",
-        **(extra or {}),
-    }
-    with staged_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        record["wall_seconds"] = time.perf_counter() - wall0
-        write_json(tmp / RECORD_FILE, record)
-    return record
-
-
 __all__ = [
     "OFFICIAL",
     "RECORD_FILE",
@@ -757,11 +506,8 @@ __all__ = [
     "ConditionalDiscriminator",
     "DiffCSEHyper",
     "DiffCSEStep",
-    "build_mlm",
     "diffcse_loss",
     "generator_logits",
-    "mask_tokens",
-    "pretrain_mlm",
     "replace_with_generator",
     "rtd_loss",
 ]
