@@ -9,7 +9,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 export DO_NOT_TRACK := 1
 
-.PHONY: setup test lint reproduce clean-venv dvc-deps
+.PHONY: setup test lint reproduce clean-venv dvc-yaml dvc-deps
 
 setup: $(STAMP)
 
@@ -37,10 +37,13 @@ lint: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# dvc.yaml's code deps = each stage's import closure, observers (tracking, provenance) left out
-# (scripts/dvc_deps.py; tests/test_dvc_deps.py fails until this has been run after an import change)
-dvc-deps: $(STAMP)
-	$(PY) scripts/dvc_deps.py
+# dvc.yaml, rendered whole from the stage table (src/focalcse/stage_table.py); code deps = each stage's
+# import closure, observers (tracking, provenance) left out (src/focalcse/ops/dvc_yaml.py;
+# tests/test_dvc_yaml.py fails until this has been run after a table or import change)
+dvc-yaml: $(STAMP)
+	$(PY) -m focalcse.ops.dvc_yaml
+
+dvc-deps: dvc-yaml  # the former name
 
 # ---- tracking and orchestration (MLflow UI, Prefect server / deployments) ----
 MLFLOW_PORT ?= 5000

@@ -5,11 +5,12 @@ tiny pipeline run on it.
 * Task: one ``Task`` in ``src/focalcse/data/tasks.py`` (STS-B dev read as a task of its own: its files
   are in the mirror) and ``eval.tasks`` in the parameter set.
 * Output: a new file of the ``significance`` stage, ``metrics/tasks.json``: its path and its entry in
-  ``Layout.stage_outputs`` (``layout.py``), the step that writes it (``steps/significance.py``) and its
-  ``dvc.yaml`` line.
+  ``Layout.stage_outputs`` (``layout.py``), its line in the stage table (``stage_table.py``), the step
+  that writes it (``steps/significance.py``), and ``dvc.yaml`` rendered again (``make dvc-yaml``).
 
-Then ``dvc repro`` runs the whole tiny pipeline, the copy's own layout and DVC-deps tests pass (they
-check dvc.yaml against the layout table both ways and the code deps against the import closure), the
+Then ``dvc repro`` runs the whole tiny pipeline, the copy's own layout and dvc.yaml tests pass (they
+check the table against the layout both ways, dvc.yaml against the table's rendering and DVC's
+expansion, and the code deps against the import closure), the
 new task is evaluated, reported and kept out of the 7-task average, and a second ``dvc repro`` (the
 check stage prunes outputs it does not expect) leaves the new output in place."""
 
@@ -69,10 +70,9 @@ def apply_output_recipe(repo: Path) -> None:
         '    write_result(layout.tasks_file, {"tasks": list(params.eval.tasks)})\n',
     )
     _edit(
-        repo / "dvc.yaml",
-        "      - metrics/significance.json:\n          cache: false\n",
-        "      - metrics/significance.json:\n          cache: false\n"
-        "      - metrics/tasks.json:\n          cache: false\n",
+        repo / "src/focalcse/stage_table.py",
+        "            plain(L.significance_file),\n",
+        "            plain(L.significance_file),\n            plain(L.tasks_file),\n",
     )
 
 
@@ -88,16 +88,19 @@ def test_task_and_output_recipes_on_a_copy(tmp_path: Path, data_mirror: Path, ti
     env = project_env(repo, PYTHONPATH=str(repo / "src"))  # the stages import the copy's edited code
     apply_task_recipe(repo)
     apply_output_recipe(repo)
+    run([sys.executable, "-m", "focalcse.ops.dvc_yaml"], repo, env)  # make dvc-yaml
+    assert "      - metrics/tasks.json:\n          cache: false\n" in (repo / "dvc.yaml").read_text()
     # exactly the files the two recipes name (docs/extending.md), nothing else
     assert changed_files(repo) == {
         "params.yaml",
         "src/focalcse/data/tasks.py",
         "src/focalcse/layout.py",
         "src/focalcse/steps/significance.py",
+        "src/focalcse/stage_table.py",
         "dvc.yaml",
     }
-    # the copy's own checks of dvc.yaml against the layout table and the import closure
-    tests = [str(repo / "tests" / t) for t in ("test_layout.py", "test_dvc_deps.py")]
+    # the copy's own checks of the table against the layout, dvc.yaml and the import closure
+    tests = [str(repo / "tests" / t) for t in ("test_layout.py", "test_dvc_yaml.py")]
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
         cwd=repo,

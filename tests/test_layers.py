@@ -35,7 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "core": ("core",),
     "data": ("data",),
     "eval": ("eval",),
-    "config": ("config", "losses", "paramsets"),
+    "config": ("config", "losses", "paramsets", "stage_table"),
     "report": ("report",),
     "steps": ("steps",),
     "ops": ("ops",),

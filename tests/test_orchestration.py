@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from focalcse.ops.orchestration import (
     DETERMINISTIC,
@@ -11,9 +12,9 @@ from focalcse.ops.orchestration import (
     ablation_experiments,
     classify_failure,
     exp_run_args,
-    matrix_items,
     parse_dot,
     plan_stages,
+    repo_matrix_items,
     select_param_set,
     topological_order,
 )
@@ -39,23 +40,6 @@ DOT = """strict digraph {
 "sample" -> "ablate_tau@0.05";
 }
 """
-
-DVC_YAML = {
-    "stages": {
-        "sample": {"cmd": "python stages/sample.py"},
-        "train": {
-            "matrix": {"backbone": "${sweep.backbones}", "loss": "${sweep.losses}", "seed": "${sweep.seeds}"},
-            "cmd": "x",
-        },
-        "ablate_tau": {"matrix": {"temperature": "${ablation.temperatures}"}, "cmd": "x"},
-        "odd": {"matrix": {"flag": [True, False], "cfg": [{"a": 1}], "n": [0.1]}, "cmd": "x"},
-        "unresolved": {"matrix": {"x": "${nowhere.values}"}, "cmd": "x"},
-    }
-}
-PARAMS = {
-    "sweep": {"backbones": ["all-MiniLM-L6-v2", "tiny"], "losses": ["infonce"], "seeds": [1, 2]},
-    "ablation": {"temperatures": [0.05, 0.1]},
-}
 
 
 def test_parse_dot_gives_a_topological_order_and_edges() -> None:
@@ -83,17 +67,21 @@ def test_topological_order_refuses_a_cycle() -> None:
         topological_order(["a", "b"], {"a": {"b"}, "b": {"a"}})
 
 
-def test_matrix_items_are_named_as_dvc_names_them() -> None:
-    items = matrix_items(DVC_YAML, PARAMS)
+def test_matrix_items_are_the_stage_tables_named_as_dvc_names_them(tmp_path) -> None:
+    sweep = {"backbones": ["all-MiniLM-L6-v2", "tiny"], "losses": ["infonce"], "seeds": [1, 2]}
+    (tmp_path / "params.yaml").write_text(
+        yaml.safe_dump({"sweep": sweep, "ablation": {"loss": "infonce", "temperatures": [0.1], "ms": []}})
+    )
+    items = repo_matrix_items(tmp_path)
     assert items["train@all-MiniLM-L6-v2-infonce-2"] == {
         "backbone": "all-MiniLM-L6-v2",
         "loss": "infonce",
         "seed": 2,
     }
     assert items["ablate_tau@0.1"] == {"temperature": 0.1}
-    assert "odd@true-cfg0-0.1" in items and "odd@false-cfg0-0.1" in items
-    assert not any(k.startswith("unresolved@") for k in items)
+    assert not any(k.startswith("ablate_m@") for k in items) and "check" not in items  # not a matrix stage
     assert len([k for k in items if k.startswith("train@")]) == 4
+    assert items["hard_negatives@tiny-infonce"] == {"backbone": "tiny", "loss": "infonce"}
 
 
 def test_plan_filters_items_and_leaves_out_what_depends_on_them() -> None:

@@ -22,7 +22,6 @@ Failures are classified so that only transient ones are retried (:func:`classify
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import re
@@ -37,6 +36,7 @@ from typing import Any
 import yaml
 
 from focalcse.errors import EX_TEMPFAIL  # re-exported: importers find it here
+from focalcse.stage_table import dvc_str
 
 TRANSIENT = "transient"
 DETERMINISTIC = "deterministic"
@@ -206,57 +206,14 @@ def dvc_graph(repo: str | os.PathLike) -> StageGraph:
 
 
 # ---------------------------------------------------------------- matrix items
-def _lookup(context: dict[str, Any], dotted: str) -> Any:
-    value: Any = context
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise KeyError(dotted)
-        value = value[part]
-    return value
-
-
-def _dvc_str(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
-def matrix_items(dvc_yaml: dict[str, Any], params: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{"train@tiny-infonce-1": {"backbone": "tiny", "loss": "infonce", "seed": 1}, ...}``.
-
-    Resolves each ``matrix:`` stage's dimensions (literal lists or ``${section.key}`` references into
-    the params) and names the items as DVC does (``dvc.parsing.MatrixDefinition``: values joined by
-    ``-``; a list or dict value is named ``<dim><index>``). Unresolvable stages are left out.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for name, stage in (dvc_yaml.get("stages") or {}).items():
-        matrix = stage.get("matrix") if isinstance(stage, dict) else None
-        if not isinstance(matrix, dict):
-            continue
-        dims: dict[str, list[Any]] = {}
-        try:
-            for dim, values in matrix.items():
-                if isinstance(values, str) and (m := re.fullmatch(r"\$\{\s*([\w.-]+)\s*\}", values)):
-                    values = _lookup(params, m.group(1))
-                if not isinstance(values, list):
-                    raise KeyError(dim)
-                dims[dim] = values
-        except KeyError:
-            continue
-        for combo in itertools.product(*(list(enumerate(v)) for v in dims.values())):
-            frags = [
-                f"{dim}{i}" if isinstance(v, (list, dict)) else _dvc_str(v)
-                for dim, (i, v) in zip(dims, combo)
-            ]
-            out[f"{name}@{'-'.join(frags)}"] = {dim: v for dim, (_, v) in zip(dims, combo)}
-    return out
-
-
 def repo_matrix_items(repo: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """:func:`matrix_items` for the ``dvc.yaml`` and ``params.yaml`` of ``repo``."""
-    root = Path(repo)
-    dvc_yaml = yaml.safe_load((root / "dvc.yaml").read_text()) or {}
-    params_file = root / "params.yaml"
-    params = yaml.safe_load(params_file.read_text()) if params_file.is_file() else {}
-    return matrix_items(dvc_yaml, params or {})
+    """``{"train@tiny-infonce-1": {"backbone": "tiny", "loss": "infonce", "seed": 1}, ...}``: every
+    matrix item the stage table defines for the ``params.yaml`` of ``repo``, named as DVC names it
+    (:func:`focalcse.stage_table.matrix_items`)."""
+    from focalcse.config import load_params
+    from focalcse.stage_table import matrix_items
+
+    return matrix_items(load_params(Path(repo) / "params.yaml"))
 
 
 # ---------------------------------------------------------------- planning
@@ -286,7 +243,7 @@ def plan_stages(
 
     Args:
         graph: DVC's stage graph.
-        items: matrix item values (:func:`matrix_items`), for the backbone / seed filters.
+        items: matrix item values (:func:`repo_matrix_items`), for the backbone / seed filters.
         stages: stage names or matrix-stage names (``train`` = every ``train@...``); None = all.
         backbones, seeds: keep only matrix items with these values (items without such a dimension
             are kept). A stage downstream of a left-out item is not run either: its input would be
@@ -454,7 +411,7 @@ def exp_run_args(sets: dict[str, Any], name: str | None = None) -> list[str]:
     if name:
         args += ["--name", name]
     for key, value in sets.items():
-        args += ["-S", f"{key}={_dvc_str(value)}"]
+        args += ["-S", f"{key}={dvc_str(value)}"]
     return args
 
 

@@ -19,7 +19,6 @@ and the models in DVC's cache, so a removed item can be brought back from there.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -29,12 +28,13 @@ from typing import Any
 
 from focalcse.atomic import sha256_file, write_json
 from focalcse.config import BASE_FRAMEWORK, ConfigError, Params, TrainConfig, training_steps
-from focalcse.core.frameworks import framework_names, framework_spec
+from focalcse.core.frameworks import framework_spec
 from focalcse.core.losses import loss_spec
 from focalcse.data.corpus import check_sample_size, read_sentences
 from focalcse.data.sources import MIRROR_ENV, corpus_path, senteval_dir
 from focalcse.data.tasks import prepared_keys, read_split
-from focalcse.layout import ABLATION_KINDS, COMPANION_KEYS, Layout, safe_name
+from focalcse.layout import ABLATION_KINDS, Layout
+from focalcse.stage_table import expand, stage_template
 
 # The check file's whole content: the same on every machine and for every params value.
 CHECKED = {
@@ -229,79 +229,56 @@ def check_framework_item(params: Params, framework: str, cfg: TrainConfig, where
         refuse(*found)
 
 
+# The stages whose items' outputs leave with the item when a params edit takes it out of the sweep or
+# the ablation lists (the generators stay).
+PRUNED = (
+    "train",
+    "evaluate",
+    "train_framework",
+    "evaluate_framework",
+    "hard_negatives",
+    "ablate_tau",
+    "ablate_m",
+)
+
+
 def expected_outputs(params: Params, layout: Layout) -> set[Path]:
     """Every per-item output path of the current sweep and ablation lists (with companions)."""
-    sw, out = params.sweep, set()
-    for fw, b, loss, seed in params.framework_items():
-        out |= layout.stage_outputs("train", b, loss, seed, fw) | layout.stage_outputs(
-            "evaluate", b, loss, seed, fw
-        )
-    for b in sw.backbones:
-        for loss in sw.losses:
-            out |= layout.stage_outputs("hard_negatives", b, loss)
-    return out
+    return {path for item in expand(params, layout, PRUNED) for path in item.outputs}
 
 
-_SEED_ENTRY = re.compile(r"^\.?seed(\d+)(\..+)?$")  # seed3, .seed3.work, .seed3.old, ...
+def named_like_outputs(layout: Layout) -> list[Path]:
+    """Every file and folder named the way an item of :data:`PRUNED` names an output (its DVC template
+    with each ``${...}`` a wildcard), and the work and aside folders beside a folder output
+    (``.<name>.*``, :mod:`focalcse.atomic`)."""
+    found: set[Path] = set()
+    for name in PRUNED:
+        for out in stage_template(name, layout).outputs:
+            pattern = re.sub(r"\$\{[^}]+\}", "*", out.relative_to(layout.root).as_posix())
+            parent, _, last = pattern.rpartition("/")
+            found.update(layout.root.glob(pattern))
+            found.update(p for p in layout.root.glob(f"{parent}/.{last}.*") if p.is_dir())
+    return sorted(found)
 
 
-def _stale_models(params: Params, layout: Layout) -> list[Path]:
-    """Model folders (and their ``.seedN.*`` work / aside folders) of items outside the sweep:
-    ``models/<backbone>/<loss>/seed<k>`` (SimCSE) and ``models/<framework>/<backbone>/<loss>/seed<k>``."""
-    wanted = {(fw, safe_name(b), loss, seed) for fw, b, loss, seed in params.framework_items()}
-    others = framework_names()
-    stale = []
-    if not layout.models_dir.is_dir():
-        return stale
-    entries = [(BASE_FRAMEWORK, e) for e in layout.models_dir.glob("*/*/*") if e.parts[-3] not in others]
-    entries += [(fw, e) for fw in others for e in (layout.models_dir / fw).glob("*/*/*")]
-    for fw, entry in sorted(entries):
-        match = _SEED_ENTRY.match(entry.name)
-        if (
-            match
-            and entry.is_dir()
-            and (fw, entry.parent.parent.name, entry.parent.name, int(match[1])) not in wanted
-        ):
-            stale.append(entry)
-    return stale
-
-
-def _stale_ablation(params: Params, layout: Layout) -> list[Path]:
-    """Ablation files (``<kind>-<value>[.<companion>].json``) of values no longer listed."""
-    stale = []
-    for path in sorted(layout.ablation_dir.glob("*.json")) if layout.ablation_dir.is_dir() else ():
-        kind, _, rest = path.name.partition("-")
-        value = rest.split(".json")[0]
-        for key in COMPANION_KEYS:
-            value = value.removesuffix(f".{key}")
-        try:
-            listed = kind in ABLATION_KINDS and any(
-                math.isclose(float(value), v) for v in params.ablation_values(kind)
-            )
-        except ValueError:
-            listed = False
-        if not listed:
-            stale.append(path)
-    return stale
+def _belongs(path: Path, expected: set[Path]) -> bool:
+    """An expected output, or the work / aside folder of one (``.<name>.*`` beside it)."""
+    if path in expected:
+        return True
+    owner = path.name[1:].split(".", 1)[0] if path.name.startswith(".") else ""
+    return bool(owner) and path.with_name(owner) in expected
 
 
 def prune_stale(params: Params, layout: Layout) -> list[Path]:
     """Remove the outputs of items outside the current sweep / ablation lists; returns what went.
 
-    Only files and folders named the way the stages name their outputs are touched: model folders
-    ``models/<backbone>/<loss>/seed<k>`` (and ``.seed<k>.*``), the JSON files of ``metrics/train``,
-    ``metrics/eval``, ``metrics/curves/{loss,dev}``, ``metrics/hard_negatives`` and ``metrics/ablation``.
+    Only files and folders named the way the stage table names these stages' outputs are touched
+    (:func:`named_like_outputs`): model folders ``models/[<framework>/]<backbone>/<loss>/seed<k>`` (and
+    ``.seed<k>.*``), the item files of ``metrics/train``, ``metrics/eval``, ``metrics/curves/{loss,dev}``,
+    ``metrics/hard_negatives`` and ``metrics/ablation``.
     """
     expected = expected_outputs(params, layout)
-    folders = [
-        layout.train_metrics_dir,
-        layout.eval_dir,
-        layout.curves_dir / "loss",
-        layout.curves_dir / "dev",
-        layout.hard_negatives_dir,
-    ]
-    stale = [p for d in folders if d.is_dir() for p in sorted(d.glob("*.json")) if p not in expected]
-    stale += _stale_ablation(params, layout) + _stale_models(params, layout)
+    stale = [p for p in named_like_outputs(layout) if not _belongs(p, expected)]
     for path in stale:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     for folder in {p.parent for p in stale if layout.models_dir in p.parents}:

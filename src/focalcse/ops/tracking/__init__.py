@@ -20,7 +20,7 @@ The package, one job per module: ``store`` (where runs go: the URI, its check, t
 tags), ``process`` (whose process a run is, and whether it is gone), ``inputs`` (the dataset inputs),
 ``queue`` (the local journal, sending it, ending dead runs), ``runs`` (train runs and their background
 sender) and ``stages`` (what the evaluate and report stages log). Tracking observes: no stage's DVC
-deps list it (``scripts/dvc_deps.py``), and ``tests/test_tracking_outputs.py`` shows it changes no output.
+deps list it (``focalcse.ops.dvc_yaml``), and ``tests/test_tracking_outputs.py`` shows it changes no output.
 """
 
 from __future__ import annotations
