@@ -24,7 +24,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from tiny_project import make_tiny_project, project_env, run, save_tiny_backbone  # noqa: E402
+from focalcse.testing.project import make_tiny_project, project_env, run, save_tiny_backbone  # noqa: E402
 
 DROP_DEPS = ".*/.*"  # `make exp-show`: the dependency-hash columns (named by paths) dropped
 EXPERIMENTS = (("m-0.4", "train.m=0.4"), ("tau-0.07", "train.temperature=0.07"))  # off the ablation lists

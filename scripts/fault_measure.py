@@ -64,8 +64,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from mlflow_server import MlflowServer, ServerError, free_port, kill_group  # noqa: E402
-from tiny_project import copy_repo  # noqa: E402 - the tests' copy of the repo
+from focalcse.testing.mlflow_server import MlflowServer, ServerError, free_port, kill_group  # noqa: E402
+from focalcse.testing.project import copy_repo  # noqa: E402 - the tests' copy of the repo
 
 from focalcse.ops.tracking import folder_fingerprint  # noqa: E402 - as the train run's model_sha256
 

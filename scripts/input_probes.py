@@ -38,7 +38,7 @@ import yaml
 
 ROOT = Path.cwd()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from tiny_project import bad_mirror  # noqa: E402 - the tests' defective mirror copies
+from focalcse.testing.project import bad_mirror  # noqa: E402 - the tests' defective mirror copies
 
 WATCHED = ("models", "metrics", "data", "reports")
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from mlflow_server import MlflowServer, ServerError, free_port, stop_group  # noqa: E402
+from focalcse.testing.mlflow_server import MlflowServer, ServerError, free_port, stop_group  # noqa: E402
 
 ML = "workflowType=machine_learning"  # the sidebar's "Model training" side, for this page load only
 

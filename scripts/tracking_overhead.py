@@ -64,7 +64,7 @@ from fault_measure import (  # noqa: E402 - the same project copy, item runner a
     run_checked,
     stage_env,
 )
-from tiny_project import copy_repo  # noqa: E402
+from focalcse.testing.project import copy_repo  # noqa: E402
 
 SETTINGS = ("off", "sqlite", "live", "dead")
 _READY = re.compile(r"MLflow run ready in ([\d.]+) s")

@@ -9,7 +9,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from mlflow_server import free_port, server_command
+
+from focalcse.testing.mlflow_server import free_port, server_command
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
