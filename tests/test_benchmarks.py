@@ -22,7 +22,6 @@ import common  # noqa: E402
 import eval_speed  # noqa: E402
 import focal_overhead  # noqa: E402
 import gpu_check  # noqa: E402
-import gradcache_memory  # noqa: E402
 import quality  # noqa: E402
 import train_speed  # noqa: E402
 
@@ -58,13 +57,6 @@ def test_help_documents_every_preset_key(capsys):
     out = capsys.readouterr().out
     missing = [k for k in common.PRESETS["full"] if f"--{k.replace('_', '-')}" not in out]
     assert not missing, f"bench.py --help does not list {missing}"
-
-
-def test_gradcache_memory_help(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["gradcache_memory.py", "--help"])
-    with pytest.raises(SystemExit) as exit_:
-        gradcache_memory.main()
-    assert exit_.value.code == 0 and "--chunks" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
