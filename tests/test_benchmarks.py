@@ -4,6 +4,7 @@ results files' format, the worker subprocess plumbing. Nothing here times anythi
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -195,6 +196,20 @@ def test_gpu_check_defaults_are_the_paper_recipe():
         gpu_check.parse_args(["--loss", "hcl"])
     assert (args.unpad, args.lengths, args.verify_unpad) == (True, "ragged", True)  # as the trainer trains
     assert gpu_check.parse_args(["--no-unpad"]).unpad is False
+
+
+def test_gpu_unpad_sh_passes_gpu_check_flags_it_accepts():
+    """``gpu_unpad.sh`` runs on a GPU machine only: its ``gpu_check.py`` calls must at least parse."""
+    script = (BENCH_DIR / "gpu_unpad.sh").read_text().replace("\\\n", " ")
+    calls = [
+        line.split("benchmarks/gpu_check.py", 1)[1] for line in script.splitlines() if "gpu_check.py " in line
+    ]
+    assert len(calls) == 1 and "for forward in no-unpad unpad" in script
+    for forward in ("no-unpad", "unpad"):
+        argv = shlex.split(calls[0].replace("$forward", forward).replace("$OUT", "out"))
+        args = gpu_check.parse_args(argv)
+        assert (args.unpad, args.steps, args.lengths) == (forward == "unpad", 300, "ragged")
+        assert args.json == f"out/{forward}.json"
 
 
 def test_gpu_check_ragged_lengths_look_like_the_corpus():
