@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from focalcse.testing.project import project_env
+from focalcse.testing.project import project_env, run
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "probe.py"
@@ -62,6 +62,11 @@ def test_inputs_on_the_tiny_project_stop_in_check_and_change_nothing(
     project = Path(shutil.copytree(tiny_repro, tmp_path / "repo", symlinks=True))
     out = tmp_path / "inputs.json"
     env = {**project_env(project), "FOCALCSE_DATA_MIRROR": str(data_mirror)}
+    # a checkout as a user has it: outputs committed and the report built at that clean commit (the
+    # fixture's report predates the .gitignore files DVC staged, so a rebuild would read "-dirty")
+    run(["git", "add", "-A"], project, env)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "outputs"], project, env)
+    run(["dvc", "repro", "--single-item", "--force", "report"], project, env)
     cmd = [sys.executable, str(SCRIPT), "inputs", "--out-json", str(out)]
     proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
