@@ -1,5 +1,8 @@
 """Where one training step's time goes: our SimCSE step on all-MiniLM-L6-v2, batch 64 x 2 views x 32 tokens.
 
+The tool to read before and after a change to the training step (docs/performance.md, "Where a
+training step's time goes"); ``tests/test_profile_step.py`` runs it on a tiny model.
+
 Usage (the full preset's shape; bf16 autocast, the CPU default's precision)::
 
     FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python benchmarks/profile_step.py \\
@@ -22,7 +25,8 @@ phase with ``time.perf_counter`` (CPU: every op is synchronous):
 
 ``--steps`` steps are timed after ``--warmup`` untimed ones, on sentences sampled from the mirror's
 corpus. The hooks cost a little; the same steps are also timed without them (``step_seconds_plain``).
-Prints a Markdown table of each part's share of the hooked step.
+Prints a Markdown table of each part's share of the hooked step. ``--backbone`` takes another hub id
+or HF folder (same pooler and loss).
 """
 
 from __future__ import annotations
@@ -180,8 +184,9 @@ def one_step(loop: Any, cfg: Any, idx: list[int], timers: Timers) -> float:
     return float(loss.detach())
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backbone", default=BACKBONE, help=f"hub id or HF folder (default {BACKBONE})")
     ap.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
@@ -199,7 +204,7 @@ def main() -> int:
         "loaded, so freed blocks stay in the heap instead of going back to the OS (a lever measured, not used "
         "by the trainer)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.malloc_keep:
         import ctypes
 
@@ -232,7 +237,7 @@ def main() -> int:
     }
     cfg = train_config(spec, "infonce")
     encoder = SentenceEncoder.from_pretrained(
-        BACKBONE, pooler="cls", mlp_only_train=True, max_seq_len=args.max_len, mlp_init="fresh", seed=1
+        args.backbone, pooler="cls", mlp_only_train=True, max_seq_len=args.max_len, mlp_init="fresh", seed=1
     )
     corpus_file, _ = data_paths(mirror, None, None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -278,7 +283,7 @@ def main() -> int:
     step_total = sum(hooked_steps)
     rows = [(k, parts[k], parts[k] / step_total) for k in ORDER]
     report = {
-        "backbone": BACKBONE,
+        "backbone": args.backbone,
         "precision": args.precision,
         "forward": "unpadded" if encoder.unpad else "padded",
         "malloc_keep": args.malloc_keep,
@@ -294,7 +299,7 @@ def main() -> int:
         "share": {k: round(s, 4) for k, _, s in rows},
     }
     print(
-        f"{BACKBONE}, {args.precision}, {report['forward']} forward, batch {report['batch']}, {args.threads} threads, {args.steps} steps: "
+        f"{args.backbone}, {args.precision}, {report['forward']} forward, batch {report['batch']}, {args.threads} threads, {args.steps} steps: "
         f"median step {report['step_seconds_plain']:.3f} s without hooks, "
         f"{report['step_seconds_hooked']:.3f} s with them"
     )

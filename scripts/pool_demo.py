@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,17 +37,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from focalcse.testing.mlflow_server import free_port
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the tests' tiny project builder
 
 POOL = "focalcse-demo"
 WORKERS = ("worker-a", "worker-b")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen) -> None:
@@ -77,7 +71,7 @@ def sh(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
 
 
 def build_project(base: Path, env: dict[str, str]) -> tuple[Path, Path]:
-    from tiny_project import make_tiny_project, save_tiny_backbone
+    from focalcse.testing.project import make_tiny_project, save_tiny_backbone  # imports torch
 
     mirror = Path(os.environ.get("FOCALCSE_DATA_MIRROR") or REPO.parent / "shared" / "data").resolve()
     if not (mirror / "senteval" / "downstream").is_dir():

@@ -74,7 +74,7 @@ def minilm_tokenizer(minilm_path: str):
 def tiny_bert(minilm_tokenizer) -> torch.nn.Module:
     """A bare tiny random BERT (HF ``AutoModel``, 2 layers, hidden 32, the MiniLM vocabulary) in eval
     mode, seed 0, initialised with std 0.5 (well-separated vectors, see
-    ``tiny_project.save_tiny_backbone``)."""
+    ``focalcse.testing.project.save_tiny_backbone``)."""
     from transformers import AutoModel
 
     from focalcse.core.model import tiny_config
@@ -199,7 +199,7 @@ def tiny_sts_dir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_backbone(tmp_path_factory) -> Path:
     """A random 2-layer BERT (MiniLM tokenizer) saved as an HF folder."""
-    from tiny_project import save_tiny_backbone
+    from focalcse.testing.project import save_tiny_backbone
 
     return save_tiny_backbone(tmp_path_factory.mktemp("backbone") / "tiny")
 
@@ -208,7 +208,7 @@ def tiny_backbone(tmp_path_factory) -> Path:
 def tiny_repro(tmp_path_factory, data_mirror, tiny_backbone) -> Path:
     """A copy of the repo with the tiny config after one full ``dvc repro``. Shared by the end-to-end
     tests: treat it as read-only (copy it with ``shutil.copytree`` before changing anything)."""
-    from tiny_project import make_tiny_project, project_env, run
+    from focalcse.testing.project import make_tiny_project, project_env, run
 
     dest = make_tiny_project(tmp_path_factory.mktemp("proj") / "repo", data_mirror, tiny_backbone)
     run(["dvc", "repro"], dest, project_env(dest), timeout=1500)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tiny_project import bad_mirror, project_env, run
+
+from focalcse.testing.project import bad_mirror, project_env, run
 
 pytestmark = pytest.mark.slow
 

@@ -4,6 +4,7 @@ results files' format, the worker subprocess plumbing. Nothing here times anythi
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -22,7 +23,6 @@ import common  # noqa: E402
 import eval_speed  # noqa: E402
 import focal_overhead  # noqa: E402
 import gpu_check  # noqa: E402
-import gradcache_memory  # noqa: E402
 import quality  # noqa: E402
 import train_speed  # noqa: E402
 
@@ -58,13 +58,6 @@ def test_help_documents_every_preset_key(capsys):
     out = capsys.readouterr().out
     missing = [k for k in common.PRESETS["full"] if f"--{k.replace('_', '-')}" not in out]
     assert not missing, f"bench.py --help does not list {missing}"
-
-
-def test_gradcache_memory_help(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["gradcache_memory.py", "--help"])
-    with pytest.raises(SystemExit) as exit_:
-        gradcache_memory.main()
-    assert exit_.value.code == 0 and "--chunks" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -203,6 +196,20 @@ def test_gpu_check_defaults_are_the_paper_recipe():
         gpu_check.parse_args(["--loss", "hcl"])
     assert (args.unpad, args.lengths, args.verify_unpad) == (True, "ragged", True)  # as the trainer trains
     assert gpu_check.parse_args(["--no-unpad"]).unpad is False
+
+
+def test_gpu_unpad_sh_passes_gpu_check_flags_it_accepts():
+    """``gpu_unpad.sh`` runs on a GPU machine only: its ``gpu_check.py`` calls must at least parse."""
+    script = (BENCH_DIR / "gpu_unpad.sh").read_text().replace("\\\n", " ")
+    calls = [
+        line.split("benchmarks/gpu_check.py", 1)[1] for line in script.splitlines() if "gpu_check.py " in line
+    ]
+    assert len(calls) == 1 and "for forward in no-unpad unpad" in script
+    for forward in ("no-unpad", "unpad"):
+        argv = shlex.split(calls[0].replace("$forward", forward).replace("$OUT", "out"))
+        args = gpu_check.parse_args(argv)
+        assert (args.unpad, args.steps, args.lengths) == (forward == "unpad", 300, "ragged")
+        assert args.json == f"out/{forward}.json"
 
 
 def test_gpu_check_ragged_lengths_look_like_the_corpus():

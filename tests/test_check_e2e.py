@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tiny_project import project_env
+
+from focalcse.testing.project import project_env
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from tiny_project import make_tiny_project, project_env, run
+
+from focalcse.testing.project import make_tiny_project, project_env, run
 
 pytestmark = pytest.mark.slow  # one full `dvc repro` of the tiny project
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tiny_project import make_tiny_project, project_env, run, save_tiny_backbone
+
+from focalcse.testing.project import make_tiny_project, project_env, run, save_tiny_backbone
 
 pytest.importorskip("prefect")
 pytestmark = pytest.mark.slow  # a Prefect test server and DVC subprocesses: tens of seconds

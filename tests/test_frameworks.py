@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from tiny_project import REPO, save_tiny_backbone
 
 from focalcse.config import ConfigError, TrainConfig, load_params
 from focalcse.layout import Layout, run_name, stage_name
 from focalcse.paramsets import load_any
+from focalcse.testing.project import REPO, save_tiny_backbone
 
 
 def _params(tmp_path: Path, **sections) -> Path:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tiny_project import changed_stages, project_env, run
+
+from focalcse.testing.project import changed_stages, project_env, run
 
 pytestmark = pytest.mark.slow  # two full `dvc repro` runs of the tiny project
 

@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "steps": ("steps",),
     "ops": ("ops",),
     "cli": ("cli",),
+    "testing": ("testing",),  # the tests' and probes' project copies and local servers
 }
 # layer -> the layers it may import (its own included)
 MAY_IMPORT: dict[str, set[str]] = {
@@ -51,7 +52,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "report": {"base", "core", "data", "eval", "config", "report"},
     "steps": {"base", "core", "data", "eval", "config", "report", "steps"},
     "ops": {"base", "core", "data", "eval", "config", "report", "steps", "ops"},
-    "cli": set(LAYERS),
+    "cli": set(LAYERS) - {"testing"},
+    "testing": set(LAYERS) - {"cli"},
 }
 NO_TRACKING = ("base", "core", "data", "eval", "config", "report", "steps")
 

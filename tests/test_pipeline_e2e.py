@@ -18,9 +18,9 @@ import pytest
 import sts_reference as ref
 import yaml
 from scipy import stats as sps
-from tiny_project import TINY_PARAMS, changed_stages, make_tiny_project, project_env, run
 
 from focalcse.results import read_result
+from focalcse.testing.project import TINY_PARAMS, changed_stages, make_tiny_project, project_env, run
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny_pairs
-from tiny_project import save_tiny_backbone
+
+from focalcse.testing.project import save_tiny_backbone
 
 SCRIPT = textwrap.dedent(
     """

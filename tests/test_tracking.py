@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_project import make_tiny_project, project_env, run, save_tiny_backbone
 
 from focalcse.config import ConfigError, Params, load_params
 from focalcse.ops import tracking
 from focalcse.ops.orchestration import EX_TEMPFAIL
+from focalcse.testing.project import make_tiny_project, project_env, run, save_tiny_backbone
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]

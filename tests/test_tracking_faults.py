@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow_server import MlflowServer, free_port
-from tiny_project import TINY_PARAMS, make_tiny_project, project_env, run, save_tiny_backbone
 
 from focalcse.ops import tracking
+from focalcse.testing.mlflow_server import MlflowServer, free_port
+from focalcse.testing.project import TINY_PARAMS, make_tiny_project, project_env, run, save_tiny_backbone
 
 
 class _HangingClient:

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 from test_tracking_faults import _logged, _queue_files, _start_train, _wait_for
-from tiny_project import TINY_PARAMS, make_tiny_project, project_env, run, save_tiny_backbone
 
 from focalcse.ops import tracking
+from focalcse.testing.project import TINY_PARAMS, make_tiny_project, project_env, run, save_tiny_backbone
 
 
 def _dead_pid() -> int:

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-from tiny_project import make_tiny_project, project_env, run, save_tiny_backbone
+
+from focalcse.testing.project import make_tiny_project, project_env, run, save_tiny_backbone
 
 TIMINGS = ("train_seconds", "wall_seconds", "sentences_per_second", "peak_memory_mb")
 

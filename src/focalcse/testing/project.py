@@ -2,7 +2,8 @@
 
 The copy has the repo's tracked and untracked (not ignored) files, a fresh git history, DVC
 initialised, and a ``params.yaml`` that trains a tiny random BERT (MiniLM tokenizer) on a few hundred
-corpus sentences. Used by the DVC, Prefect and MLflow end-to-end tests.
+corpus sentences. Used by the DVC, Prefect and MLflow end-to-end tests, ``scripts/probe.py`` and
+``scripts/pool_demo.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]  # src/focalcse/testing/project.py
 SKIP = {
     ".git",
     ".venv",

@@ -1,28 +1,30 @@
-"""Measure three fault scenarios on a real train item (all-MiniLM-L6-v2, infonce, seed 1) for a closing note.
+"""Fault probes: the pipeline against dead servers, killed stages, corrupt checkpoints and bad inputs.
 
-Usage (the real measurement: 48 steps of 64 sentences, a dev evaluation and a checkpoint every 16)::
+Two probes, one command each (docs/reliability.md shows what they measured)::
 
-    FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/fault_measure.py \\
+    FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/probe.py faults \\
         --steps 48 --every 16 --out-json fault_measure.json
+    FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/probe.py inputs --out-json probes.json
 
-A quick end-to-end check of the script itself (8 steps, every 2)::
+``faults`` works in a throw-away copy of the working tree; ``inputs`` works in the current directory,
+a checkout whose pipeline has run (``dvc repro`` finished), and restores every change it makes. Each
+prints a Markdown summary, writes every figure to ``--out-json`` and exits 1 when a check fails.
 
-    FOCALCSE_DATA_MIRROR=../shared/data nice -n 19 .venv/bin/python scripts/fault_measure.py \\
-        --steps 8 --every 2 --threads 1
-
+**faults**: three fault scenarios on one train item (all-MiniLM-L6-v2, infonce, seed 1; with
+``--tiny-backbone DIR`` a saved HF folder trained as backbone ``tiny``, a quick check of the probe).
 Options: ``--steps N`` (default 48; ``data.num_sentences`` = 64 x N), ``--every K`` (default 16:
 ``train.eval_steps`` and ``train.checkpoint_steps``; ``--steps`` must exceed 2K), ``--kill-after S``
 (server-down scenario: seconds after the stage starts; default 30% of the baseline's wall time),
-``--keep DIR`` (work in DIR, kept afterwards; default a temp folder, removed), ``--out-json FILE``,
-``--threads N`` (OMP/MKL threads of the stages; default: inherited), ``--timeout S`` (per stage run).
+``--keep DIR`` (work in DIR, kept afterwards; default a temp folder, removed), ``--threads N``
+(OMP/MKL threads of the stages; default: inherited), ``--timeout S`` (per stage run).
 
-What it does, in a throw-away copy of the working tree (the files ``git ls-files --cached --others
---exclude-standard`` lists, without data/models/metrics/reports) with ``params.yaml`` = the repo's
-but ``data.num_sentences``, ``data.mirror``, ``train.eval_steps``/``checkpoint_steps`` and a sweep of
-the one item (``ablation.loss`` and ``ablation.seed`` follow it, as the config requires); the
-stages import the copy's ``src`` (``PYTHONPATH``). ``check``, ``sample`` and ``prepare_sts`` run
-first. A real ``mlflow server`` (127.0.0.1, a free port, sqlite store and artifacts in the work
-folder) is started, and always stopped (its process group) at the end.
+The copy holds the files ``git ls-files --cached --others --exclude-standard`` lists, without
+data/models/metrics/reports, with ``params.yaml`` = the repo's but ``data.num_sentences``,
+``data.mirror``, ``train.eval_steps``/``checkpoint_steps`` and a sweep of the one item
+(``ablation.loss`` and ``ablation.seed`` follow it, as the config requires); the stages import the
+copy's ``src`` (``PYTHONPATH``). ``check``, ``sample`` and ``prepare_sts`` run first. A real ``mlflow
+server`` (127.0.0.1, a free port, sqlite store and artifacts in the work folder) is started, and
+always stopped (its process group) at the end.
 
 1. Server down. (a) Baseline ``python stages/train.py all-MiniLM-L6-v2 infonce 1`` with the server
    up: wall time, the model folder's digest (sha256 over sorted relative paths and contents, as
@@ -35,20 +37,34 @@ folder) is started, and always stopped (its process group) at the end.
    process group) once ``last/`` holds the step-2K checkpoint (``previous/`` step K); half of
    ``last/model.safetensors`` is cut off and the command rerun: the one-line moved-aside message, the
    step it resumed from, the final digest against (a), the MLflow steps of the (resumed) run.
-
 3. Kill before the first checkpoint. Outputs removed, the command run with the server up and
    SIGKILLed once step ``--every``/2 is journaled (no checkpoint yet); the command rerun to the end,
    then ``focalcse tracking sync``: the dead attempt's run must end KILLED (the rerun finds its process
    gone), the rerun be one new FINISHED run with every step once, the model digest equal to (a).
 
-Prints a Markdown summary; ``--out-json`` gets every figure (plus the CPU model and the repo's commit).
-Exits 1 when a check fails (steps missing or doubled, digests differ, no fallback message).
+``--out-json`` also gets the CPU model and the repo's commit. Checks: steps missing or doubled,
+digests that differ, no fallback message.
+
+**inputs**: each probe changes one thing (a param, the mirror, the network), runs ``dvc repro`` and
+restores the change. It records the wall time, the ``error:`` lines, whether a traceback was printed,
+which stages ran, and whether ``git status --porcelain``, ``dvc status`` and the md5 of every file
+under ``models/``, ``metrics/``, ``data/`` and ``reports/`` are the same after as before. Probes:
+
+- ``batch_size -1``, a typo key (``train.learning_rat``), ``max_steps`` beyond the sample
+  (``train.max_steps: 1000``), a malformed STS-B score line and an empty corpus (a mirror copy each,
+  in a temp folder), no mirror while offline (``data.mirror`` and the environment's emptied);
+- two ``dvc repro`` at once: a ``report.*`` edit makes the first rerun ``check`` and ``report``; the
+  second starts 3 s later and must be refused while the first finishes.
+
+Checks: every probe stops in ``check`` with one ``error:`` line and no traceback, the second of two
+concurrent runs is refused, and no output changes.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -57,29 +73,26 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from mlflow_server import MlflowServer, ServerError, free_port, kill_group  # noqa: E402
-from tiny_project import copy_repo  # noqa: E402 - the tests' copy of the repo
-
-from focalcse.ops.tracking import folder_fingerprint  # noqa: E402 - as the train run's model_sha256
+from focalcse.layout import run_name, stage_name
+from focalcse.ops.tracking import folder_fingerprint  # as the train run's model_sha256
+from focalcse.testing.mlflow_server import MlflowServer, ServerError, free_port, kill_group
+from focalcse.testing.project import REPO, TINY_PARAMS, bad_mirror, copy_repo
 
 BACKBONE, LOSS, SEED = "all-MiniLM-L6-v2", "infonce", 1
-ITEM = f"{BACKBONE}-{LOSS}-seed{SEED}"  # focalcse.layout.run_name
-STAGE = f"train@{BACKBONE}-{LOSS}-{SEED}"  # focalcse.layout.stage_name
-TRAIN_CMD = ["stages/train.py", BACKBONE, LOSS, str(SEED)]
+TINY = "tiny"  # the backbone's name with --tiny-backbone
 BATCH = 64
 STEP_KEYS = ("loss", "lr", "grad_norm")
 
 
 # ---------------------------------------------------------------- small helpers
 def fail(msg: str) -> None:
-    sys.exit(f"fault_measure: {msg}")
+    sys.exit(f"probe: {msg}")
 
 
 def cpu_model() -> str:
@@ -103,14 +116,24 @@ def repo_commit() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- the project copy
-def make_project(dest: Path, steps: int, every: int, mirror: str) -> dict[str, Any]:
-    """Copy the working tree to ``dest`` and write its params.yaml; returns the params written."""
+def make_project(
+    dest: Path, steps: int, every: int, mirror: str, tiny_backbone: Path | None
+) -> dict[str, Any]:
+    """Copy the working tree to ``dest`` and write its params.yaml; returns the params written.
+    With ``tiny_backbone`` (an HF folder) the item trains it as backbone ``tiny``, at the tests'
+    precision and sequence length."""
     copy_repo(dest)
     (dest / "dvc.lock").unlink(missing_ok=True)  # never used: the stages run directly, not via DVC
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"] = {**params["data"], "num_sentences": BATCH * steps, "mirror": mirror}
     params["train"] = {**params["train"], "eval_steps": every, "checkpoint_steps": every}
-    params["sweep"] = {"backbones": [BACKBONE], "losses": [LOSS], "seeds": [SEED]}
+    backbone = BACKBONE
+    if tiny_backbone is not None:
+        backbone = TINY
+        tiny_train = {k: TINY_PARAMS["train"][k] for k in ("precision", "max_seq_len")}
+        params["train"].update(tiny_train)
+        params["backbone_overrides"] = {TINY: {"source": str(tiny_backbone)}}
+    params["sweep"] = {"backbones": [backbone], "losses": [LOSS], "seeds": [SEED]}
     # the ablation's loss and seed must be in the sweep (validated on load); it never runs here
     params["ablation"] = {**params["ablation"], "loss": LOSS, "backbone": "", "seed": SEED}
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -148,7 +171,7 @@ def run_checked(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) 
 
 # ---------------------------------------------------------------- the MLflow server
 class Server(MlflowServer):
-    """The shared local server (``tests/mlflow_server.py``) over a store in ``folder`` with its
+    """The shared local server (:mod:`focalcse.testing.mlflow_server`) over a store in ``folder`` with its
     artifacts beside it; a server that does not come up ends the measurement with one line."""
 
     def __init__(self, folder: Path, port: int) -> None:
@@ -166,11 +189,14 @@ class Server(MlflowServer):
 class Item:
     """The train item's files in the copy, and runs of its stage."""
 
-    def __init__(self, project: Path, env: dict[str, str], timeout: float) -> None:
+    def __init__(self, project: Path, env: dict[str, str], timeout: float, backbone: str) -> None:
         self.project, self.env, self.timeout = project, env, timeout
-        self.model_dir = project / "models" / BACKBONE / LOSS / f"seed{SEED}"
+        self.name = run_name(backbone, LOSS, SEED)
+        self.stage = stage_name("train", backbone, LOSS, SEED)
+        self.cmd = ["stages/train.py", backbone, LOSS, str(SEED)]
+        self.model_dir = project / "models" / backbone / LOSS / f"seed{SEED}"
         self.work = self.model_dir.parent / f".{self.model_dir.name}.work"
-        self.metrics_file = project / "metrics" / "train" / f"{ITEM}.json"
+        self.metrics_file = project / "metrics" / "train" / f"{self.name}.json"
         self.queue = project / ".focalcse" / "tracking-queue"
         self.logs = project.parent / "logs"
         self.logs.mkdir(exist_ok=True)
@@ -182,7 +208,7 @@ class Item:
         shutil.rmtree(self.model_dir, ignore_errors=True)
         shutil.rmtree(self.work, ignore_errors=True)
         for folder in (self.project / "metrics" / "train", *(self.project / "metrics" / "curves").glob("*")):
-            for f in folder.glob(f"{ITEM}*.json") if folder.is_dir() else ():
+            for f in folder.glob(f"{self.name}*.json") if folder.is_dir() else ():
                 f.unlink()
         for old in self.model_dir.parent.glob(f".{self.model_dir.name}.*"):  # .seed1.old etc.
             shutil.rmtree(old, ignore_errors=True)
@@ -194,7 +220,7 @@ class Item:
         with open(out, "w") as fo, open(err, "w") as fe:
             t0 = time.perf_counter()
             self.proc = subprocess.Popen(
-                [sys.executable, *TRAIN_CMD],
+                [sys.executable, *self.cmd],
                 cwd=self.project,
                 env=self.env,
                 stdout=fo,
@@ -208,7 +234,7 @@ class Item:
             proc.wait(timeout=max(1.0, self.timeout - (time.perf_counter() - t0)))
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            fail(f"{' '.join(TRAIN_CMD)} ran past {self.timeout:.0f} s")
+            fail(f"{' '.join(self.cmd)} ran past {self.timeout:.0f} s")
         return time.perf_counter() - t0
 
     def run(self, label: str) -> dict[str, Any]:
@@ -258,6 +284,13 @@ class Item:
                     best = max(best, int(r["s"]))
         return best
 
+    def sync(self) -> subprocess.CompletedProcess:
+        """``focalcse tracking sync`` in the copy: the queued metrics of every stage sent."""
+        cmd = [sys.executable, "-m", "focalcse.cli", "tracking", "sync"]
+        return subprocess.run(
+            cmd, cwd=self.project, env=self.env, capture_output=True, text=True, timeout=600
+        )
+
     def checkpoint_step(self, name: str) -> int | None:
         """The step of ``work/<name>`` per its manifest (written last, so the checkpoint is whole)."""
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -281,7 +314,7 @@ def mlflow_lines(*texts: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- MLflow queries
-def item_runs(uri: str, experiment: str) -> list[dict[str, Any]]:
+def item_runs(uri: str, experiment: str, stage: str) -> list[dict[str, Any]]:
     """Every run of the item (tag ``dvc_stage``), oldest first, with its per-step metric steps."""
     from mlflow import MlflowClient
 
@@ -291,7 +324,7 @@ def item_runs(uri: str, experiment: str) -> list[dict[str, Any]]:
         return []
     runs = client.search_runs(
         [exp.experiment_id],
-        filter_string=f"tags.dvc_stage = '{STAGE}'",
+        filter_string=f"tags.dvc_stage = '{stage}'",
         order_by=["attributes.start_time ASC"],
     )
     out = []
@@ -344,7 +377,7 @@ def server_down(
     print("## server down: (a) baseline", flush=True)
     item.clean()
     base = item.run("baseline")
-    runs = item_runs(server.uri, experiment)
+    runs = item_runs(server.uri, experiment, item.stage)
     base_run = by_id(runs, base["run_id"])
     base["mlflow_loss_steps"] = len(base_run["steps"]["loss"]) if base_run else None
     base["mlflow_status"] = base_run["status"] if base_run else None
@@ -373,15 +406,10 @@ def server_down(
     queued = sorted(p.name for p in item.queue.glob("*.jsonl"))
 
     restart_s = server.start()
-    before = by_id(item_runs(server.uri, experiment), down["run_id"])  # what arrived live
-    sync_cmd = [str(REPO / ".venv" / "bin" / "focalcse"), "tracking", "sync"]
-    if not Path(sync_cmd[0]).is_file():
-        sync_cmd = [sys.executable, "-m", "focalcse.cli", "tracking", "sync"]
-    sync = subprocess.run(
-        sync_cmd, cwd=item.project, env=item.env, capture_output=True, text=True, timeout=600
-    )
+    before = by_id(item_runs(server.uri, experiment, item.stage), down["run_id"])  # what arrived live
+    sync = item.sync()
     sync_lines = [ln for ln in sync.stdout.splitlines() if ln.startswith("tracking sync:")]
-    runs = item_runs(server.uri, experiment)
+    runs = item_runs(server.uri, experiment, item.stage)
     after = by_id(runs, down["run_id"])
     ratio = down["wall_seconds"] / base["wall_seconds"]
     train_ratio = (
@@ -456,7 +484,7 @@ def corrupt_checkpoint(
     moved = [p for p in pieces if "moved aside" in p]
     resumed = [p for p in pieces if p.startswith("resuming ")]
     m = re.search(r"from step (\d+)", resumed[0]) if resumed else None
-    runs = item_runs(server.uri, experiment)
+    runs = item_runs(server.uri, experiment, item.stage)
     run = by_id(runs, rerun["run_id"])
     return {
         "killed_at_s": round(killed_at, 2),
@@ -505,11 +533,8 @@ def kill_before_checkpoint(
         flush=True,
     )
     rerun = item.run("after-early-kill")
-    sync_cmd = [sys.executable, "-m", "focalcse.cli", "tracking", "sync"]
-    sync = subprocess.run(
-        sync_cmd, cwd=item.project, env=item.env, capture_output=True, text=True, timeout=600
-    )
-    runs = item_runs(server.uri, experiment)
+    sync = item.sync()
+    runs = item_runs(server.uri, experiment, item.stage)
     dead, new = by_id(runs, dead_run), by_id(runs, rerun["run_id"])
     mine = [r for r in runs if r["run_id"] in (dead_run, rerun["run_id"])]
     return {
@@ -542,7 +567,7 @@ def markdown(r: dict[str, Any]) -> str:
     a, b = sd["baseline"], sd["down"]
     yes = {True: "yes", False: "**no**"}
     lines = [
-        f"# Fault measurements: {ITEM}, {r['steps']} steps of {BATCH}, eval/checkpoint every {r['every']}",
+        f"# Fault measurements: {r['item']}, {r['steps']} steps of {BATCH}, eval/checkpoint every {r['every']}",
         "",
         f"CPU: {r['cpu_model']}; repo commit {r['git']['commit']}"
         + (
@@ -630,22 +655,8 @@ def checks_of(sd: dict[str, Any], cc: dict[str, Any], kb: dict[str, Any], every:
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=48, help="training steps (64 sentences each); default 48")
-    ap.add_argument("--every", type=int, default=16, help="eval_steps = checkpoint_steps; default 16")
-    ap.add_argument(
-        "--kill-after", type=float, default=None, help="seconds; default 30%% of the baseline wall"
-    )
-    ap.add_argument(
-        "--keep", type=Path, default=None, help="work folder, kept (default: a temp folder, removed)"
-    )
-    ap.add_argument("--out-json", type=Path, default=None, help="write every figure here")
-    ap.add_argument(
-        "--threads", type=int, default=None, help="OMP/MKL threads of the stages (default inherited)"
-    )
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds per stage run (default 3600)")
-    args = ap.parse_args()
+def faults(args: argparse.Namespace) -> int:
+    """The three fault scenarios on one train item (the module docstring); 0 when every check holds."""
     mirror = os.environ.get("FOCALCSE_DATA_MIRROR", "").strip()
     if not mirror:
         fail("FOCALCSE_DATA_MIRROR is not set (the data mirror folder, e.g. ../shared/data)")
@@ -663,12 +674,12 @@ def main() -> int:
             fail(f"--keep {root}: the folder is not empty")
         root.mkdir(parents=True, exist_ok=True)
     else:
-        root = Path(tempfile.mkdtemp(prefix="fault-measure-"))
+        root = Path(tempfile.mkdtemp(prefix="probe-faults-"))
     project = root / "repo"
     server = Server(root / "mlflow", free_port())
     item: Item | None = None
     try:
-        params = make_project(project, args.steps, args.every, mirror)
+        params = make_project(project, args.steps, args.every, mirror, args.tiny_backbone)
         experiment = params["tracking"]["experiment"]
         env = stage_env(project, mirror, server.uri, args.threads)
         print(f"project copy in {project}", flush=True)
@@ -678,7 +689,7 @@ def main() -> int:
             )
         startup = server.start()
         print(f"mlflow server at {server.uri} (up in {startup:.1f} s)", flush=True)
-        item = Item(project, env, args.timeout)
+        item = Item(project, env, args.timeout, params["sweep"]["backbones"][0])
         sd = server_down(item, server, experiment, args.steps, args.kill_after)
         cc = corrupt_checkpoint(
             item, server, experiment, args.steps, args.every, sd["baseline"]["model_digest"]
@@ -695,7 +706,7 @@ def main() -> int:
 
     checks = checks_of(sd, cc, kb, args.every)
     report = {
-        "item": ITEM,
+        "item": item.name,
         "steps": args.steps,
         "every": args.every,
         "num_sentences": BATCH * args.steps,
@@ -719,6 +730,177 @@ def main() -> int:
         args.out_json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nfigures written to {args.out_json}")
     return 0 if report["ok"] else 1
+
+
+# ---------------------------------------------------------------- inputs: bad inputs against dvc repro
+WATCHED = ("models", "metrics", "data", "reports")
+
+
+def snapshot(root: Path, env: dict[str, str]) -> dict[str, Any]:
+    """git status, dvc status and the md5 of every watched file."""
+    files = {}
+    for top in WATCHED:
+        for path in sorted((root / top).rglob("*")) if (root / top).is_dir() else ():
+            if path.is_file():
+                files[path.relative_to(root).as_posix()] = hashlib.md5(path.read_bytes()).hexdigest()
+    git = subprocess.run(["git", "status", "--porcelain"], cwd=root, env=env, capture_output=True, text=True)
+    dvc = subprocess.run(["dvc", "status"], cwd=root, env=env, capture_output=True, text=True)
+    return {"git": git.stdout, "dvc": dvc.stdout, "files": files}
+
+
+def edit_params(root: Path, edit: Callable[[dict], None]) -> None:
+    path = root / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    edit(params)
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def repro(root: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
+    return proc, time.perf_counter() - t0
+
+
+def summarize(name: str, proc: subprocess.CompletedProcess, wall: float, same: bool) -> dict[str, Any]:
+    out = proc.stdout + proc.stderr
+    return {
+        "probe": name,
+        "returncode": proc.returncode,
+        "wall_seconds": round(wall, 1),
+        # the stage's own one-line errors, and DVC's wrapper lines (``ERROR: failed to reproduce ...``)
+        "errors": [line for line in out.splitlines() if line.startswith("error:")],
+        "dvc_errors": [line for line in out.splitlines() if line.startswith("ERROR:")],
+        "traceback": "Traceback" in out,
+        "stages_run": re.findall(r"Running stage '([^']+)'", out),
+        "unchanged": same,
+    }
+
+
+def inputs(args: argparse.Namespace) -> int:
+    """The bad-input probes in the current directory (the module docstring); 0 when every check holds."""
+    root = Path.cwd()
+    mirror = Path(os.environ.get("FOCALCSE_DATA_MIRROR", "")).resolve()
+    if not (mirror / "senteval").is_dir():
+        fail(f"FOCALCSE_DATA_MIRROR={mirror}: expected the data mirror folder")
+    if not (root / "dvc.yaml").is_file():
+        fail(f"{root}: no dvc.yaml; run the inputs probe in a checkout whose pipeline has run")
+    # this interpreter's tools (dvc, the stages' python) first
+    env = {
+        **os.environ,
+        "DVC_NO_ANALYTICS": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    original = (root / "params.yaml").read_text()
+    tmp = Path(tempfile.mkdtemp(prefix="probes-"))
+    offline = {k: v for k, v in env.items() if k != "FOCALCSE_DATA_MIRROR"}
+    offline.update(  # an empty download cache, and a proxy that refuses at once if a network is there
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HTTPS_PROXY="http://127.0.0.1:9",
+        FOCALCSE_CACHE=str(tmp / "cache"),
+    )
+
+    def train(**keys: Any) -> Callable[[], None]:
+        return lambda: edit_params(root, lambda d: d["train"].update(keys))
+
+    probes: list[tuple[str, Callable[[], None], dict[str, str]]] = [
+        ("batch_size -1", train(batch_size=-1), env),
+        ("typo key", train(learning_rat=1e-5), env),
+        ("max_steps 1000", train(max_steps=1000), env),
+        (
+            "malformed STS line",
+            lambda: None,
+            {**env, "FOCALCSE_DATA_MIRROR": str(bad_mirror(tmp, mirror, "sts-score"))},
+        ),
+        (
+            "empty corpus",
+            lambda: None,
+            {**env, "FOCALCSE_DATA_MIRROR": str(bad_mirror(tmp, mirror, "corpus"))},
+        ),
+        ("offline, no mirror", lambda: edit_params(root, lambda d: d["data"].update(mirror="")), offline),
+    ]
+    results = []
+    ok = True
+    try:
+        before = snapshot(root, env)
+        for name, change, penv in probes:
+            change()
+            proc, wall = repro(root, penv)
+            (root / "params.yaml").write_text(original)
+            after = snapshot(root, env)
+            r = summarize(name, proc, wall, after == before)
+            results.append(r)
+            ok &= r["unchanged"] and r["returncode"] != 0 and len(r["errors"]) == 1 and not r["traceback"]
+            ok &= r["stages_run"] == ["check"]
+            print(json.dumps(r), flush=True)
+        # two at once: the first reruns check + report (a report param), the second must be refused
+        edit_params(root, lambda d: d["report"].update(figure1_ms=[*d["report"]["figure1_ms"], 0.7]))
+        t0 = time.perf_counter()
+        first = subprocess.Popen(
+            ["dvc", "repro"], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        time.sleep(3)
+        second, wall2 = repro(root, env)
+        out1, _ = first.communicate()
+        wall1 = time.perf_counter() - t0
+        (root / "params.yaml").write_text(original)
+        restore, _ = repro(root, env)  # back to the committed report
+        after = snapshot(root, env)
+        r = summarize("two dvc repro at once (the second)", second, wall2, after == before)
+        r["first_returncode"] = first.returncode
+        r["first_wall_seconds"] = round(wall1, 1)
+        r["first_stages_run"] = re.findall(r"Running stage '([^']+)'", out1)
+        r["restore_returncode"] = restore.returncode
+        results.append(r)
+        ok &= second.returncode != 0 and first.returncode == 0 and r["unchanged"]
+        print(json.dumps(r), flush=True)
+    finally:
+        (root / "params.yaml").write_text(original)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("\n| probe | exit | wall (s) | error line | traceback | stages run | outputs unchanged |")
+    print("|---|---:|---:|---|---|---|---|")
+    for r in results:
+        err = ([*r["errors"], *r["dvc_errors"], "-"][0]).replace("|", "\\|")[:160]
+        print(
+            f"| {r['probe']} | {r['returncode']} | {r['wall_seconds']} | {err} | {r['traceback']} | "
+            f"{', '.join(r['stages_run']) or '-'} | {r['unchanged']} |"
+        )
+    if args.out_json:
+        args.out_json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0 if ok else 1
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="probe", required=True)
+    f = sub.add_parser("faults", help="three fault scenarios on one train item, in a copy of the tree")
+    f.add_argument("--steps", type=int, default=48, help="training steps (64 sentences each); default 48")
+    f.add_argument("--every", type=int, default=16, help="eval_steps = checkpoint_steps; default 16")
+    f.add_argument(
+        "--kill-after", type=float, default=None, help="seconds; default 30%% of the baseline wall"
+    )
+    f.add_argument(
+        "--keep", type=Path, default=None, help="work folder, kept (default: a temp folder, removed)"
+    )
+    f.add_argument(
+        "--threads", type=int, default=None, help="OMP/MKL threads of the stages (default inherited)"
+    )
+    f.add_argument("--timeout", type=float, default=3600, help="seconds per stage run (default 3600)")
+    f.add_argument(
+        "--tiny-backbone",
+        type=Path,
+        default=None,
+        help="train this HF folder as backbone 'tiny' (a quick check)",
+    )
+    i = sub.add_parser("inputs", help="bad inputs against dvc repro of the checkout in the current directory")
+    for p in (f, i):
+        p.add_argument("--out-json", type=Path, default=None, help="write every figure here")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return faults(args) if args.probe == "faults" else inputs(args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""A local ``mlflow server`` for the tests and the measurement scripts (``scripts/fault_measure.py``,
-``scripts/mlflow_screenshots.py``): bound to 127.0.0.1, one worker, job execution off, started in its
-own process group so that it is stopped by that group's id, never by a name pattern."""
+"""A local ``mlflow server`` for the tests and ``scripts/probe.py faults``: bound to 127.0.0.1, one
+worker, job execution off, started in its own process group so that it is stopped by that group's id,
+never by a name pattern."""
 
 from __future__ import annotations
 
