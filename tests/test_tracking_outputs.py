@@ -1,5 +1,5 @@
 """Tracking observes a run and changes none of its outputs, which is why dvc.yaml's deps leave
-``focalcse.ops.tracking`` out (scripts/dvc_deps.py, ``OBSERVERS``).
+``focalcse.ops.tracking`` out (focalcse.ops.dvc_yaml, ``OBSERVERS``).
 
 A tiny item is trained and evaluated with tracking off, then again with it on (a local sqlite
 store): every output DVC tracks is byte-identical, apart from what describes the run itself: the

@@ -75,7 +75,7 @@ def _framework_class(framework: dict[str, Any], where: str) -> tuple[type[Senten
     # Frameworks whose saved models encode differently from SimCSE's poolers declare ``"encoder": True``
     # in their SPEC: their module's ``ENCODER`` class loads such a folder (a DiffCSE model is a plain
     # [CLS] encoder and needs none). Imported by computed name: SimCSE's stages depend on no framework
-    # module (tests/test_dvc_deps.py), and a framework module imports this one.
+    # module (tests/test_dvc_yaml.py), and a framework module imports this one.
     name = framework.get("name")
     encoding = [f for f in framework_names() if framework_spec(f).encoder]
     if name in encoding:
