@@ -157,3 +157,80 @@ def test_killed_mid_rotation_loads_the_previous(two_checkpoints: Path, tiny_enco
     shutil.rmtree(two_checkpoints / "last")
     step, ckpt = _load(two_checkpoints, tiny_encoder_factory)
     assert step == 1 and ckpt.folder == two_checkpoints / "previous" and _lines(capsys) == []
+
+
+def _distance_from(start):
+    """A stand-in for STS-B dev that the same weights score the same and that grows as training moves
+    the weights away from ``start``'s (each evaluation keeps a new best model)."""
+    init = [p.detach().clone() for p in start.parameters()]
+
+    def score(encoder) -> float:
+        with torch.no_grad():
+            return float(sum((p - q).double().norm() for p, q in zip(encoder.parameters(), init)))
+
+    return score
+
+
+def test_disk_full_at_the_best_model_names_it_and_the_rerun_resumes(
+    tmp_path: Path, tiny_encoder_factory, capsys
+) -> None:
+    from safetensors import SafetensorError
+
+    from focalcse.errors import DiskFullError, known_failure
+
+    cfg = TrainConfig(batch_size=8, max_steps=6, eval_steps=2, eval_at_start=False, lr=1e-3, seed=2)
+    dev = _distance_from(tiny_encoder_factory())
+    clean = train(tiny_encoder_factory(), CORPUS, cfg, tmp_path / "clean", dev_evaluator=dev, progress=False)
+    assert [c["step"] for c in clean.dev_curve] == [2, 4, 6] and clean.best_step == 6  # a new best each time
+    enc = tiny_encoder_factory()
+    saves = []
+    real_save = enc.backbone.save_pretrained
+
+    def fills_up_at_the_second(folder, **kwargs):  # the step-4 best model: safetensors' own error
+        saves.append(folder)
+        if len(saves) == 2:
+            (Path(folder) / "model.safetensors").write_bytes(b"\0" * 1000)
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real_save(folder, **kwargs)
+
+    enc.backbone.save_pretrained = fills_up_at_the_second
+    work = tmp_path / ".model.work"
+    with pytest.raises(DiskFullError) as info:
+        train(enc, CORPUS, cfg, tmp_path / "model", dev_evaluator=dev, progress=False)
+    line = known_failure(info.value)
+    assert line.startswith(f"no space left on the device writing {work / 'best'}: ") and "\n" not in line
+    assert "free there, the write needs about " in line and line.endswith("; free some space and rerun")
+    assert info.value.need >= 1000
+    assert sorted(p.name for p in work.iterdir()) == ["best", "last"]  # step 2 both; no half-written folder
+    capsys.readouterr()
+    resumed = train(tiny_encoder_factory(), CORPUS, cfg, tmp_path / "model", dev_evaluator=dev, progress=True)
+    assert f"from step 2 ({work / 'last'})" in capsys.readouterr().out
+    assert resumed.best_step == clean.best_step and resumed.history == clean.history
+    assert _md5(tmp_path / "model" / "model.safetensors") == _md5(tmp_path / "clean" / "model.safetensors")
+
+
+def test_disk_full_at_a_checkpoint_keeps_the_last_two(
+    two_checkpoints: Path, tiny_encoder_factory, monkeypatch
+) -> None:
+    import focalcse.atomic
+    import focalcse.core.checkpoint
+    from focalcse.atomic import tensor_bytes
+    from focalcse.errors import DiskFullError
+
+    def torch_save_on_a_full_device(obj, path):  # torch's zip writer names no cause
+        Path(path).write_bytes(b"\0" * 100)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+    monkeypatch.setattr(focalcse.core.checkpoint.torch, "save", torch_save_on_a_full_device)
+    monkeypatch.setattr(focalcse.atomic, "free_bytes", lambda path: 512)
+    enc, opt, sched, result = _objects(tiny_encoder_factory)
+    with pytest.raises(DiskFullError) as info:
+        Checkpointer(two_checkpoints / "last", FINGERPRINT).save(3, enc, opt, sched, result)
+    assert str(info.value).startswith(
+        f"no space left on the device writing {two_checkpoints / 'last'}: 512 B"
+    )
+    assert info.value.need >= tensor_bytes(enc.state_dict(), opt.state_dict())  # or what got written, if more
+    assert "free there, the write needs about 3.8 MiB;" in str(info.value)
+    monkeypatch.undo()
+    assert sorted(p.name for p in two_checkpoints.iterdir()) == ["last", "previous"]
+    assert _load(two_checkpoints, tiny_encoder_factory)[0] == 2  # both kept whole

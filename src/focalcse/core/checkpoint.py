@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from focalcse.atomic import recover_dir, rotate_dir, sha256_file, staged_dir
+from focalcse.atomic import recover_dir, rotate_dir, sha256_file, staged_dir, tensor_bytes
 
 
 class Checkpointer:
@@ -55,12 +55,17 @@ class Checkpointer:
         process's only). Optimizer and scheduler states are the same on every DDP rank."""
         from safetensors.torch import save_model
 
-        with staged_dir(self.last, swap=lambda tmp, dest: rotate_dir(tmp, dest, self.previous)) as tmp:
+        optimizer_state = optimizer.state_dict()
+        with staged_dir(
+            self.last,
+            swap=lambda tmp, dest: rotate_dir(tmp, dest, self.previous),
+            need=tensor_bytes(encoder.state_dict(), optimizer_state),
+        ) as tmp:
             save_model(encoder, str(tmp / "model.safetensors"))
             state = {
                 "fingerprint": self.fingerprint,
                 "step": step,
-                "optimizer": optimizer.state_dict(),
+                "optimizer": optimizer_state,
                 "scheduler": scheduler.state_dict(),
                 "rng_ranks": rng_ranks or [rng_state()],
                 "result": json.dumps(result.to_dict()),
