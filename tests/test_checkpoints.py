@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 from pathlib import Path
 
 import pytest
@@ -106,27 +108,69 @@ def test_a_second_corruption_gets_a_new_name(two_checkpoints: Path, tiny_encoder
     assert (two_checkpoints / "last.corrupt-2").is_dir() and "last.corrupt-2" in _lines(capsys)[0]
 
 
+def _rewrite(folder: Path, name: str, data: bytes) -> None:
+    """Replace a checkpoint file and its manifest entry: the file was written that way."""
+    (folder / name).write_bytes(data)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
 def test_bad_safetensors_header_is_caught(two_checkpoints: Path, tiny_encoder_factory, capsys) -> None:
     """Even with a matching manifest (the file was written bad), the header must parse."""
-    import json
-
     model = two_checkpoints / "last" / "model.safetensors"
-    model.write_bytes(b"\xff" * 8 + model.read_bytes()[8:])  # absurd header length
-    manifest = json.loads((two_checkpoints / "last" / "manifest.json").read_text())
-    data = model.read_bytes()
-    manifest["files"]["model.safetensors"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (two_checkpoints / "last" / "manifest.json").write_text(json.dumps(manifest))
+    _rewrite(two_checkpoints / "last", model.name, b"\xff" * 8 + model.read_bytes()[8:])  # absurd header
     assert _load(two_checkpoints, tiny_encoder_factory)[0] == 1
     assert "header" in _lines(capsys)[0]
+
+
+class _Touch:
+    """Pickles as code: unpickling it would create ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _plant_pickled_code(folder: Path, marker: Path) -> None:
+    """``state.pt`` keeps its real state plus an object that runs code when unpickled, and the manifest
+    matches it: only the weights-only load stands between it and the code."""
+    state = torch.load(folder / "state.pt", weights_only=True)
+    buffer = io.BytesIO()
+    torch.save({**state, "payload": _Touch(marker)}, buffer)
+    _rewrite(folder, "state.pt", buffer.getvalue())
+
+
+def test_pickled_code_in_the_newest_is_moved_aside_unrun(
+    two_checkpoints: Path, tiny_encoder_factory, capsys
+) -> None:
+    marker = two_checkpoints.parent / "pwned"
+    _plant_pickled_code(two_checkpoints / "last", marker)
+    step, ckpt = _load(two_checkpoints, tiny_encoder_factory)
+    assert step == 1 and ckpt.folder == two_checkpoints / "previous" and not marker.exists()
+    assert _lines(capsys) == [
+        f"checkpoint {two_checkpoints / 'last'} is unusable (state.pt holds pickled code (getattr), refused "
+        "by the weights-only load); moved aside to last.corrupt-1"
+    ]
+    assert (two_checkpoints / "last.corrupt-1" / "state.pt").is_file()
 
 
 def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("stop_after", [3, 5])
-def test_rerun_after_a_truncated_checkpoint_equals_uninterrupted(
-    tmp_path: Path, tiny_encoder_factory, capsys, stop_after: int
+@pytest.mark.parametrize(
+    ("stop_after", "damage"),
+    [
+        (3, lambda last: _truncate(last / "model.safetensors")),
+        (5, lambda last: _truncate(last / "model.safetensors")),
+        pytest.param(3, lambda last: _plant_pickled_code(last, last.parents[1] / "pwned"), id="3-pickled"),
+    ],
+)
+def test_rerun_after_a_damaged_checkpoint_equals_uninterrupted(
+    tmp_path: Path, tiny_encoder_factory, capsys, stop_after: int, damage
 ) -> None:
     cfg = TrainConfig(batch_size=8, max_steps=7, checkpoint_steps=1, eval_at_start=False, lr=1e-3, seed=2)
     clean = train(tiny_encoder_factory(), CORPUS, cfg, tmp_path / "clean", progress=False)
@@ -139,7 +183,7 @@ def test_rerun_after_a_truncated_checkpoint_equals_uninterrupted(
     with pytest.raises(KeyboardInterrupt):
         train(tiny_encoder_factory(), CORPUS, cfg, tmp_path / "model", log_metrics=stop, progress=False)
     assert (work / "last").is_dir() and (work / "previous").is_dir()
-    _truncate(work / "last" / "model.safetensors")
+    damage(work / "last")
     capsys.readouterr()
     resumed = train(tiny_encoder_factory(), CORPUS, cfg, tmp_path / "model", progress=True)
     err = capsys.readouterr()
@@ -147,16 +191,7 @@ def test_rerun_after_a_truncated_checkpoint_equals_uninterrupted(
     assert f"{work / 'last'} is unusable" in text and f"from step {stop_after - 2}" in text
     assert _md5(tmp_path / "model" / "model.safetensors") == _md5(tmp_path / "clean" / "model.safetensors")
     assert resumed.history == clean.history
-    assert not work.exists()
-
-
-def test_killed_mid_rotation_loads_the_previous(two_checkpoints: Path, tiny_encoder_factory, capsys) -> None:
-    """A kill after ``last`` became ``previous`` but before the new one was renamed in: no ``last``."""
-    import shutil
-
-    shutil.rmtree(two_checkpoints / "last")
-    step, ckpt = _load(two_checkpoints, tiny_encoder_factory)
-    assert step == 1 and ckpt.folder == two_checkpoints / "previous" and _lines(capsys) == []
+    assert not work.exists() and not (tmp_path / "pwned").exists()
 
 
 def _distance_from(start):
@@ -234,3 +269,12 @@ def test_disk_full_at_a_checkpoint_keeps_the_last_two(
     monkeypatch.undo()
     assert sorted(p.name for p in two_checkpoints.iterdir()) == ["last", "previous"]
     assert _load(two_checkpoints, tiny_encoder_factory)[0] == 2  # both kept whole
+
+
+def test_killed_mid_rotation_loads_the_previous(two_checkpoints: Path, tiny_encoder_factory, capsys) -> None:
+    """A kill after ``last`` became ``previous`` but before the new one was renamed in: no ``last``."""
+    import shutil
+
+    shutil.rmtree(two_checkpoints / "last")
+    step, ckpt = _load(two_checkpoints, tiny_encoder_factory)
+    assert step == 1 and ckpt.folder == two_checkpoints / "previous" and _lines(capsys) == []
