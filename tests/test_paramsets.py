@@ -115,3 +115,39 @@ def test_cli_use_and_config_read_overlays(tmp_path: Path) -> None:
     assert done.returncode == 0 and "git checkout params.yaml" in done.stdout
     bad = subprocess.run([*cli, "params", "use", "nope", "--root", str(root)], capture_output=True, text=True)
     assert bad.returncode == 2 and "no params/nope.yaml" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["../../etc/evil", "org/evil", "/opt/models/mine"])
+def test_a_backbone_named_like_a_path_is_refused_before_dvc_reads_it(
+    tmp_path: Path, capsys, name: str
+) -> None:
+    """DVC's own parse of dvc.yaml would refuse ``../../etc/evil`` first, with advice that does not
+    apply (``Use `dvc remove train@../../etc/evil-infonce-1```); ``params use``, ``params check``
+    (which ``make reproduce`` runs first) and the flows (tests/test_orchestration.py) refuse it with
+    the check stage's line."""
+    from focalcse.cli import main
+
+    root = _checkout(tmp_path)
+    (root / "params" / "evil.yaml").write_text(yaml.safe_dump({"sweep": {"backbones": [name]}}))
+    before = (root / "params.yaml").read_text()
+    line = (
+        f"params sweep.backbones = {name!r}: expected names of letters, digits, '.', '_' or '-' "
+        "(set backbone_overrides.<name>.source for a path or org/id)"
+    )
+    assert main(["params", "use", "evil", "--root", str(root)]) == 2
+    assert capsys.readouterr().err == f"focalcse params: error: {line}\n"
+    assert (root / "params.yaml").read_text() == before  # nothing written
+    assert main(["params", "check", "--params", str(root / "params" / "evil.yaml")]) == 2
+    assert capsys.readouterr().err == f"focalcse params: error: {line}\n"
+    (root / "params.yaml").write_text(before.replace("backbones: [all-MiniLM-L6-v2]", f"backbones: [{name}]"))
+    assert main(["params", "check", "--params", str(root / "params.yaml")]) == 2
+    assert capsys.readouterr().err == f"focalcse params: error: {line}\n"
+
+
+def test_params_check_passes_a_valid_set(tmp_path: Path, capsys) -> None:
+    from focalcse.cli import main
+
+    root = _checkout(tmp_path, "paper")
+    for path in (root / "params.yaml", root / "params" / "paper.yaml"):
+        assert main(["params", "check", "--params", str(path)]) == 0
+        assert capsys.readouterr().out == f"{path}: valid\n"
