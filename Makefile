@@ -25,9 +25,11 @@ test: $(STAMP)
 # `make reproduce` runs the committed params.yaml; `make reproduce PARAMS=paper` first writes
 # params.yaml = params.yaml + the overlay params/paper.yaml (focalcse params use; it says so, and
 # `git checkout params.yaml` restores the default), recorded in dvc.lock and MLflow like any run.
+# Either way the parameters are validated before DVC reads dvc.yaml (docs/reliability.md).
 PARAMS ?=
 reproduce: $(STAMP)
-	@if [ -n "$(PARAMS)" ]; then $(VENV)/bin/focalcse params use $(PARAMS) || exit 2; fi
+	@if [ -n "$(PARAMS)" ]; then $(VENV)/bin/focalcse params use $(PARAMS) || exit 2; \
+	else $(VENV)/bin/focalcse params check || exit 2; fi
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
 lint: $(STAMP)

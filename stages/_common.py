@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from focalcse.config import ConfigError, Params, load_params
-from focalcse.errors import EX_TEMPFAIL
+from focalcse.errors import EX_TEMPFAIL, known_failure
 from focalcse.layout import Layout
 
 PARAMS_FILE = os.environ.get("FOCALCSE_PARAMS", "params.yaml")
@@ -26,15 +26,14 @@ LOG_DIR = Path(".focalcse") / "logs"  # under the repository root (git- and DVC-
 
 
 def _concise_errors(kind, value, tb) -> None:
-    # Bad inputs are the user's to fix: one line naming the file/line or key, no traceback.
-    # Anything else is a bug: one line with its type and message and the file holding the full
-    # traceback (FOCALCSE_DEBUG=1 prints it instead). The exit status is non-zero either way.
-    from focalcse.errors import CorpusError, NonFiniteLossError, StsDataError
-
+    # Foreseen failures (bad inputs, a full disk: focalcse.errors.RULES) are the user's to fix: one
+    # line naming the file/line or key, no traceback. Anything else is a bug: one line with its type
+    # and message and the file holding the full traceback (FOCALCSE_DEBUG=1 prints it instead). The
+    # exit status is non-zero either way.
     if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
         sys.__excepthook__(kind, value, tb)
-    elif issubclass(kind, (ConfigError, CorpusError, StsDataError, NonFiniteLossError, FileNotFoundError)):
-        print(f"error: {value}", file=sys.stderr)
+    elif (line := known_failure(value)) is not None:
+        print(f"error: {line}", file=sys.stderr)
     elif issubclass(kind, KeyboardInterrupt):
         print("error: interrupted", file=sys.stderr)
     else:

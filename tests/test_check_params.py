@@ -14,6 +14,7 @@ config are checked for every item of every framework and every ablation item.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import math
 import subprocess
@@ -23,7 +24,9 @@ from typing import Any, get_type_hints
 
 import pytest
 import yaml
+from safetensors import SafetensorError
 
+from focalcse import errors
 from focalcse.config import (
     ConfigError,
     FrameworksConfig,
@@ -339,6 +342,58 @@ def test_an_unexpected_error_prints_one_line_and_writes_the_traceback(
     common._concise_errors(*_raised(RuntimeError("boom")))
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "RuntimeError: boom" in err
+
+
+def _best(root: Path) -> Path:
+    return root / "models" / ".seed1.work" / "best"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            lambda root: (
+                errors.DiskFullError(_best(root), 3 << 20, 91_456_608),
+                f"no space left on the device writing {_best(root)}: 3.0 MiB free there, the write needs "
+                "about 87.2 MiB; free some space and rerun",
+            ),
+            id="disk-full-named-by-the-writer",
+        ),
+        pytest.param(
+            lambda root: (
+                OSError(errno.ENOSPC, "No space left on device", str(root / "metrics.json")),
+                f"no space left on the device writing {root / 'metrics.json'}: ",
+            ),
+            id="disk-full-from-the-os",
+        ),
+        pytest.param(
+            lambda root: (
+                SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+                "no space left on the device writing an output (not named by the error): ",
+            ),
+            id="disk-full-unnamed",
+        ),
+        pytest.param(
+            lambda root: (
+                errors.BackboneError("backbone 'org/evil': not a folder, not in the Hugging Face cache"),
+                "backbone 'org/evil': not a folder, not in the Hugging Face cache",
+            ),
+            id="unresolvable-backbone",
+        ),
+    ],
+)
+def test_a_foreseen_failure_prints_its_one_line(common, tmp_path, capsys, case) -> None:
+    """A :data:`focalcse.errors.RULES` entry: ``error: <line>``, no traceback, no log file."""
+    exc, line = case(tmp_path)
+    common._concise_errors(*_raised(exc))
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {line}") and err.count("\n") == 1, err
+    assert "unexpected error" not in err and not (tmp_path / ".focalcse/logs").exists()
+
+
+def test_the_reliability_doc_lists_every_rule() -> None:
+    doc = (REPO / "docs" / "reliability.md").read_text()
+    assert [rule.failure for rule in errors.RULES if f"| {rule.failure} |" not in doc] == []
 
 
 def test_a_stage_script_never_shows_a_bare_traceback(tmp_path: Path) -> None:

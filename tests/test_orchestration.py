@@ -218,3 +218,18 @@ def test_progress_bar_refreshes_are_recognised() -> None:
     assert is_progress_line("Loading weights:   0%|          | 0/39 [00:00<?, ?it/s]")
     assert not is_progress_line("error: loss is nan at step 2 (loss=infonce, lr=1e+30)")
     assert not is_progress_line("ValueError: 50%|x| of the batch is empty")
+
+
+def test_the_flows_validate_the_kept_params_before_dvc_reads_them(tmp_path) -> None:
+    """A flow keeping params.yaml as it is still validates it before ``dvc dag``: a backbone named like
+    a path gets the check stage's line, not DVC's overlapping-output advice."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "params.yaml").read_text()
+    (tmp_path / "params.yaml").write_text(
+        text.replace("backbones: [all-MiniLM-L6-v2]", "backbones: [../../etc/evil]")
+    )
+    with pytest.raises(
+        ValueError, match=r"^params sweep.backbones = '../../etc/evil': expected names of letters"
+    ):
+        select_param_set(tmp_path, None)

@@ -155,7 +155,10 @@ def test_paper_tau005_is_paper_with_tau_005(tmp_path: Path) -> None:
         other["backbone_overrides"][backbone]["losses"] = paper["backbone_overrides"][backbone]["losses"]
     assert other["ablation"]["temperatures"] == [0.03, 0.07, 0.1]
     assert other["tracking"]["experiment"] == "paper-tau005"
-    other["ablation"]["temperatures"], other["tracking"] = paper["ablation"]["temperatures"], paper["tracking"]
+    other["ablation"]["temperatures"], other["tracking"] = (
+        paper["ablation"]["temperatures"],
+        paper["tracking"],
+    )
     assert other == paper
     p = load_set(REPO, "paper-tau005")
     for backbone in p.sweep.backbones:
@@ -181,3 +184,39 @@ def test_a_bad_extends_is_one_line_and_writes_nothing(tmp_path: Path, sets: dict
         use(root, "x")
     assert needle in str(err.value) and "\n" not in str(err.value)
     assert (root / "params.yaml").read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["../../etc/evil", "org/evil", "/opt/models/mine"])
+def test_a_backbone_named_like_a_path_is_refused_before_dvc_reads_it(
+    tmp_path: Path, capsys, name: str
+) -> None:
+    """DVC's own parse of dvc.yaml would refuse ``../../etc/evil`` first, with advice that does not
+    apply (``Use `dvc remove train@../../etc/evil-infonce-1```); ``params use``, ``params check``
+    (which ``make reproduce`` runs first) and the flows (tests/test_orchestration.py) refuse it with
+    the check stage's line."""
+    from focalcse.cli import main
+
+    root = _checkout(tmp_path)
+    (root / "params" / "evil.yaml").write_text(yaml.safe_dump({"sweep": {"backbones": [name]}}))
+    before = (root / "params.yaml").read_text()
+    line = (
+        f"params sweep.backbones = {name!r}: expected names of letters, digits, '.', '_' or '-' "
+        "(set backbone_overrides.<name>.source for a path or org/id)"
+    )
+    assert main(["params", "use", "evil", "--root", str(root)]) == 2
+    assert capsys.readouterr().err == f"focalcse params: error: {line}\n"
+    assert (root / "params.yaml").read_text() == before  # nothing written
+    assert main(["params", "check", "--params", str(root / "params" / "evil.yaml")]) == 2
+    assert capsys.readouterr().err == f"focalcse params: error: {line}\n"
+    (root / "params.yaml").write_text(before.replace("backbones: [all-MiniLM-L6-v2]", f"backbones: [{name}]"))
+    assert main(["params", "check", "--params", str(root / "params.yaml")]) == 2
+    assert capsys.readouterr().err == f"focalcse params: error: {line}\n"
+
+
+def test_params_check_passes_a_valid_set(tmp_path: Path, capsys) -> None:
+    from focalcse.cli import main
+
+    root = _checkout(tmp_path, "paper")
+    for path in (root / "params.yaml", root / "params" / "paper.yaml"):
+        assert main(["params", "check", "--params", str(path)]) == 0
+        assert capsys.readouterr().out == f"{path}: valid\n"

@@ -3,7 +3,8 @@ send queued MLflow records (``focalcse tracking sync``).
 
 Hyper-parameters never arrive through flags: training reads ``params.yaml`` (see ``stages/``);
 ``focalcse config`` shows what one train item of a parameter set will use; ``focalcse params use
-<set>`` composes a set (``params/<set>.yaml``, an overlay) over ``params.yaml``.
+<set>`` composes a set (``params/<set>.yaml``, an overlay) over ``params.yaml``; ``focalcse params
+check`` validates a parameter set before DVC reads it.
 """
 
 from __future__ import annotations
@@ -113,6 +114,18 @@ def _params_use(args: argparse.Namespace) -> int:
     return 0
 
 
+def _params_check(args: argparse.Namespace) -> int:
+    from focalcse.config import ConfigError
+    from focalcse.paramsets import load_any
+
+    try:
+        load_any(args.params)
+    except ConfigError as err:
+        raise ValueError(str(err)) from err
+    print(f"{args.params}: valid")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="focalcse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -165,6 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     pu.add_argument("name", help="a set under params/ (without .yaml)")
     pu.add_argument("--root", default=".", help="the checkout (default: the current folder)")
     pu.set_defaults(func=_params_use)
+    pc = pss.add_parser(
+        "check",
+        help="validate params.yaml (or a set) as the check stage does, before DVC reads dvc.yaml: DVC "
+        "refuses some bad sweep values (a backbone named like a path) with its own message first",
+    )
+    pc.add_argument(
+        "--params",
+        default="params.yaml",
+        help="params.yaml, or a set params/<name>.yaml (an overlay: composed over params.yaml)",
+    )
+    pc.set_defaults(func=_params_check)
     tr = sub.add_parser(
         "tracking", help="MLflow tracking: send what a stage queued while the server was down"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from focalcse.atomic import recover_dir, rotate_dir, sha256_file, staged_dir
+from focalcse.atomic import recover_dir, rotate_dir, sha256_file, staged_dir, tensor_bytes
 
 
 class Checkpointer:
@@ -24,8 +25,9 @@ class Checkpointer:
     ``manifest.json`` (written last) holds each file's size and sha256. A save builds the new checkpoint
     in a temp folder, moves ``folder`` (``last``) to ``previous`` beside it, then renames the new one to
     ``folder``. A load verifies the newest checkpoint (manifest, sizes, hashes, safetensors header,
-    ``state.pt``); a corrupt or incomplete one is moved aside to ``<name>.corrupt-<n>`` with one line
-    naming it and the reason, and the previous one is tried, else the run starts over. A checkpoint is
+    ``state.pt``); a corrupt or incomplete one, or one whose ``state.pt`` holds pickled code that the
+    weights-only load refuses, is moved aside to ``<name>.corrupt-<n>`` with one line naming it and the
+    reason, and the previous one is tried, else the run starts over. A checkpoint is
     used only if its fingerprint (config, corpus size, total steps) matches the run.
 
     ``result``: the run's :class:`~focalcse.core.training.TrainResult` so far (saved with ``to_dict()``,
@@ -55,12 +57,17 @@ class Checkpointer:
         process's only). Optimizer and scheduler states are the same on every DDP rank."""
         from safetensors.torch import save_model
 
-        with staged_dir(self.last, swap=lambda tmp, dest: rotate_dir(tmp, dest, self.previous)) as tmp:
+        optimizer_state = optimizer.state_dict()
+        with staged_dir(
+            self.last,
+            swap=lambda tmp, dest: rotate_dir(tmp, dest, self.previous),
+            need=tensor_bytes(encoder.state_dict(), optimizer_state),
+        ) as tmp:
             save_model(encoder, str(tmp / "model.safetensors"))
             state = {
                 "fingerprint": self.fingerprint,
                 "step": step,
-                "optimizer": optimizer.state_dict(),
+                "optimizer": optimizer_state,
                 "scheduler": scheduler.state_dict(),
                 "rng_ranks": rng_ranks or [rng_state()],
                 "result": json.dumps(result.to_dict()),
@@ -104,11 +111,8 @@ class Checkpointer:
         return 0
 
     def _verify(self, folder: Path) -> tuple[dict[str, Any] | None, str]:
-        """``(state, "")`` for a whole checkpoint, ``(None, reason)`` otherwise.
-
-        Raises:
-            pickle.UnpicklingError: ``state.pt`` is intact but holds pickled code (refused, not skipped).
-        """
+        """``(state, "")`` for a whole checkpoint, ``(None, reason)`` otherwise (a ``state.pt`` holding
+        pickled code is refused by the weights-only load, never run: a reason like any other)."""
         import pickle
 
         from safetensors import safe_open
@@ -131,8 +135,8 @@ class Checkpointer:
             return None, f"unreadable {self.MANIFEST}: {err}"
         try:
             state = torch.load(folder / "state.pt", map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:  # weights_only refused pickled code: loud, never skipped
-            raise
+        except pickle.UnpicklingError as err:  # weights_only refused pickled code; nothing of it ran
+            return None, refused_pickle_reason(err)
         except Exception as err:  # truncated zip, missing file, ...
             return None, reason or f"state.pt does not load: {type(err).__name__}: {err}"
         if reason:
@@ -156,6 +160,17 @@ class Checkpointer:
             n += 1
         os.replace(folder, dest)
         return dest
+
+
+def refused_pickle_reason(err: Exception) -> str:
+    """One line for a ``state.pt`` that ``torch.load(weights_only=True)`` refused, naming what it holds
+    instead of PyTorch's advice to load it with ``weights_only=False``."""
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    if found:
+        return f"state.pt holds pickled code ({found.group(1)}), refused by the weights-only load"
+    unpickler = re.search(r"WeightsUnpickler error: ([^\n]*)", str(err))
+    detail = unpickler.group(1) if unpickler else str(err).strip().splitlines()[0]
+    return f"state.pt refused by the weights-only load: {detail}"
 
 
 def rng_state() -> dict[str, Any]:

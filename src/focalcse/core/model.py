@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from focalcse.atomic import staged_dir
+from focalcse.atomic import staged_dir, tensor_bytes
 from focalcse.core.backbones import DEFAULT_BACKBONE, POOLERS, resolve_backbone  # noqa: F401
 
 RECORD_FILE = "focalcse.json"
@@ -291,7 +291,7 @@ class SentenceEncoder(nn.Module):
         evaluation pooler.
         """
         path = Path(path)
-        with staged_dir(path) as tmp:
+        with staged_dir(path, need=tensor_bytes(self.backbone.state_dict())) as tmp:
             eval_pooler = self.eval_pooler
             if eval_pooler == "cls":
                 dense = _backbone_pooler_dense(self.backbone)

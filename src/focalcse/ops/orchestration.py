@@ -388,15 +388,21 @@ def select_param_set(repo: str | os.PathLike, name: str | None) -> str:
     ``None``/``""`` or the current ``params.yaml``'s ``tracking.experiment`` keeps ``params.yaml``;
     otherwise the default params.yaml with the overlay ``params/<name>.yaml`` merged in is written
     over it (:func:`focalcse.paramsets.use`: validated first, headed by a comment naming the set;
-    ``git checkout params.yaml`` restores the default).
+    ``git checkout params.yaml`` restores the default). Either way the set is validated here, before
+    any ``dvc`` command reads ``dvc.yaml``: DVC refuses some bad sweep values (a backbone named like
+    a path) with its own, misleading advice.
     """
-    from focalcse.config import ConfigError
+    from focalcse.config import ConfigError, load_params
     from focalcse.paramsets import use
 
     root = Path(repo)
     current = yaml.safe_load((root / "params.yaml").read_text()) or {}
     current_name = str((current.get("tracking") or {}).get("experiment", ""))
     if not name or name == current_name:
+        try:
+            load_params(root / "params.yaml")
+        except ConfigError as err:
+            raise ValueError(str(err)) from err
         return current_name
     try:
         print(use(root, name))
