@@ -211,7 +211,7 @@ def test_templates_name_the_own_modules() -> None:
     assert f"{LOSSES_DIR}/${{item.loss}}.py" in train and f"{LOSSES_DIR}/base.py" in train
     assert [d for d in code_deps("ablate_m") if "${" in d] == [f"{LOSSES_DIR}/${{ablation.loss}}.py"]
     fw = code_deps("train_framework")
-    assert {f"{FRAMEWORKS_DIR}/${{item.framework}}.py", f"{SETTINGS_DIR}/${{item.framework}}.py"} <= set(fw)
+    assert {f"{FRAMEWORKS_DIR}/${{item.framework}}", f"{SETTINGS_DIR}/${{item.framework}}.py"} <= set(fw)
     assert (
         not any("${" in d for d in code_deps("report")) and code_deps("report")[-1] == "src/focalcse/report"
     )
@@ -244,17 +244,19 @@ def _copy_sources(tmp: Path) -> Project:
     return Project(tmp)
 
 
-def _as_package(project: Project, name: str) -> None:
-    module = project.root / FRAMEWORKS_DIR / f"{name}.py"
-    (project.root / FRAMEWORKS_DIR / name).mkdir()
-    module.rename(project.root / FRAMEWORKS_DIR / name / "__init__.py")
-    (project.root / FRAMEWORKS_DIR / name / "extra.py").write_text('"""More of the framework."""\n')
+def _as_file(project: Project, name: str) -> None:
+    """Framework ``name``'s package folder turned back into one module ``<name>.py``."""
+    package = project.root / FRAMEWORKS_DIR / name
+    text = "\n".join(p.read_text() for p in sorted(package.glob("*.py")))
+    shutil.rmtree(package)
+    (project.root / FRAMEWORKS_DIR / f"{name}.py").write_text(text)
 
 
-def test_a_framework_split_into_a_package_is_one_folder_dep_of_its_own_items(tmp_path: Path) -> None:
+def test_a_framework_package_is_one_folder_dep_of_its_own_items(tmp_path: Path) -> None:
+    """The built-in frameworks are package folders: a module added to one is a dep of its own items
+    only, through the folder."""
     project = _copy_sources(tmp_path)
-    for name in package_frameworks(project):
-        _as_package(project, name)
+    (project.root / FRAMEWORKS_DIR / "diffcse" / "extra.py").write_text('"""More of the framework."""\n')
     folder = f"{FRAMEWORKS_DIR}/${{item.framework}}"
     assert framework_template(project) == [folder, f"{SETTINGS_DIR}/${{item.framework}}.py"]
     for name in ("train_framework", "evaluate_framework", "pretrain_generator"):
@@ -271,10 +273,11 @@ def test_framework_modules_of_different_shapes_are_refused(tmp_path: Path) -> No
     project = _copy_sources(tmp_path)
     (project.root / FRAMEWORKS_DIR / "diffcse_generator.py").write_text('"""DiffCSE\'s generator."""\n')
     assert f"{FRAMEWORKS_DIR}/diffcse_generator.py" in framework_own(project, "diffcse")
+    assert f"{FRAMEWORKS_DIR}/diffcse" in framework_own(project, "diffcse")
     with pytest.raises(ValueError, match=r"frameworks' own modules differ in shape .*diffcse_generator\.py"):
         code_deps("train_framework", project)
     (project.root / FRAMEWORKS_DIR / "promptbert_generator.py").write_text('"""PromptBERT\'s."""\n')
     assert f"{FRAMEWORKS_DIR}/${{item.framework}}_generator.py" in code_deps("train_framework", project)
-    _as_package(project, "diffcse")  # a package beside a single file
+    _as_file(project, "diffcse")  # a single file beside a package
     with pytest.raises(ValueError, match="differ in shape"):
         framework_template(project)

@@ -247,3 +247,11 @@ def test_two_template_views_differ_and_the_loss_backpropagates(bert, tok):
         head[0].weight,
     ):
         assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0
+
+
+def test_the_encoder_records_the_registry_name() -> None:
+    """The name each saved folder records is the package's SPEC name (read as the registry reads it)."""
+    from focalcse.core.frameworks import framework_spec
+    from focalcse.core.frameworks.promptbert.encoder import FRAMEWORK_NAME
+
+    assert FRAMEWORK_NAME == framework_spec("promptbert").name == "promptbert"

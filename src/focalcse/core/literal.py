@@ -56,8 +56,11 @@ def module_origin(module: str, kind: str, error: type[Exception]) -> str:
 
 
 def scan(folder: Path, package: str, skip: set[str]) -> list[tuple[Path, str]]:
-    """``(file, module name)`` of every module of ``folder`` but ``skip``, in name order."""
-    return [(p, f"{package}.{p.stem}") for p in sorted(folder.glob("*.py")) if p.stem not in skip]
+    """``(file, module name)`` of every module of ``folder`` but ``skip``, in name order: each
+    ``<name>.py`` and each package ``<name>/`` (its ``__init__.py`` is the file read)."""
+    found = [(p, p.stem) for p in folder.glob("*.py")]
+    found += [(d / "__init__.py", d.name) for d in folder.iterdir() if (d / "__init__.py").is_file()]
+    return [(p, f"{package}.{name}") for p, name in sorted(found, key=lambda f: f[1]) if name not in skip]
 
 
 def plugin_modules(env: str) -> list[str]:

@@ -39,8 +39,8 @@ Plain torch plus a Hugging Face encoder.
   to the pre-training reruns the generator items, and DiffCSE's items only if the generator comes out
   different. The masking both use is :func:`focalcse.core.masking.mask_tokens`.
 
-This module is the training step only; a framework item's DVC deps name it as one file
-(``src/focalcse/core/frameworks/${item.framework}.py``, beside its settings module).
+This package is the training step only (one job, one module); a framework item's DVC deps name its
+folder (``src/focalcse/core/frameworks/${item.framework}``, beside its settings module).
 """
 
 from __future__ import annotations
