@@ -2,8 +2,8 @@
 the sentence vector. The registry: importing it needs no torch.
 
 SimCSE is the training loop's own step (:mod:`focalcse.core.training`: the batch encoded twice,
-dropout the only augmentation; :data:`BASE_FRAMEWORK`). Every other framework is one module in this
-folder (or an importable module named by :func:`register_module` or the ``FOCALCSE_FRAMEWORK_MODULES``
+dropout the only augmentation; :data:`BASE_FRAMEWORK`). Every other framework is one package folder
+here, ``<name>/`` with the ``SPEC`` in its ``__init__.py`` (or an importable module named by :func:`register_module` or the ``FOCALCSE_FRAMEWORK_MODULES``
 environment variable) that defines
 
 * ``SPEC``, a literal dict read without importing the module::

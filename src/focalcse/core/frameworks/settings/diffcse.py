@@ -60,7 +60,7 @@ class GeneratorConfig:
 @dataclass(frozen=True)
 class DiffCSEConfig:
     """``frameworks.diffcse``: DiffCSE's generator, masking, RTD weight and projector
-    (core/frameworks/diffcse.py; official bert-base values: mask 0.30, lambda 0.005, BatchNorm)."""
+    (core/frameworks/diffcse/; official bert-base values: mask 0.30, lambda 0.005, BatchNorm)."""
 
     generator: str = ""  # "" = the pretrain_generator stage's MLM; else a hub id or an MLM folder
     mask_ratio: float = 0.30

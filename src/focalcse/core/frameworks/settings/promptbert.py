@@ -15,7 +15,7 @@ PROMPTBERT_TEMPLATES = ("auto", "bert", "roberta")
 
 @dataclass(frozen=True)
 class PromptBERTConfig:
-    """``frameworks.promptbert``: PromptBERT's templates and denoising (core/frameworks/promptbert.py)."""
+    """``frameworks.promptbert``: PromptBERT's templates and denoising (core/frameworks/promptbert/)."""
 
     # auto: the official pair of the backbone's family (roberta for RoBERTa models, else bert)
     templates: str = "auto"
