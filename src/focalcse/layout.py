@@ -49,7 +49,8 @@ def safe_name(backbone: str) -> str:
 # (``sweep.frameworks``). SimCSE's paths, names and commands carry no framework, so adding a framework
 # to a sweep leaves every SimCSE item exactly as it was (DVC restores it instead of retraining).
 BASE_FRAMEWORK = "simcse"
-GENERATOR_RECORD = "generator.json"  # in each pretrain_generator item's folder: how its MLM was trained, or why none was
+# in each pretrain_generator item's folder: how its MLM was trained, or why none was
+GENERATOR_RECORD = "generator.json"
 FRAMEWORK_STAGES = {"train": "train_framework", "evaluate": "evaluate_framework"}
 
 

@@ -34,9 +34,8 @@ from focalcse.core.frameworks.promptbert.templates import (
 )
 
 ROBERTA_FAMILY = ("roberta", "xlm-roberta")  # model types that get the official RoBERTa templates
-FRAMEWORK_NAME = (
-    "promptbert"  # = the package's SPEC["name"] (tests/test_promptbert.py), recorded in each saved folder
-)
+# = the package's SPEC["name"] (tests/test_promptbert.py), recorded in each saved folder
+FRAMEWORK_NAME = "promptbert"
 
 
 def official_templates(config_or_model_type: Any, choice: str = "auto") -> tuple[Template, Template]:
