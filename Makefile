@@ -61,8 +61,10 @@ mlflow-ui: $(STAMP)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow server --backend-store-uri sqlite:///mlflow.db \
 	  --artifacts-destination ./mlartifacts --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1
 
+# the UI asks the API at PREFECT_UI_API_URL (else a PREFECT_API_URL from the env or profile, else port 4200)
 prefect-server: $(STAMP)
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_UI_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api \
+	  $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
 serve: $(STAMP)
 	PREFECT_API_URL=$(PREFECT_API) $(PY) -m pipelines.serve $(SERVE_ARGS)
