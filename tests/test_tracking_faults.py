@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow_server import MlflowServer, free_port
@@ -296,17 +297,30 @@ def test_run_of_a_dead_process_that_nothing_resumes_ends_killed(tmp_path: Path) 
     assert store.get_run(locked.info.run_id).info.status == "RUNNING"
 
 
-def test_raise_ends_failed_resume_continues_it_ctrl_c_ends_killed(tmp_path: Path, monkeypatch) -> None:
-    from mlflow import MlflowClient
-
+def _train_item(tmp_path: Path, monkeypatch, uri: str) -> tuple[Any, tuple[str, str, int], Path]:
+    """``(params, item, work folder)``: the default params' first item, its runs going to ``uri``,
+    its queue folder under ``tmp_path``."""
     from focalcse.config import load_params
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))  # the queue folder
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
-    item = ("all-MiniLM-L6-v2", "infonce", 1)
-    work = tmp_path / ".seed1.work"
+    return params, ("all-MiniLM-L6-v2", "infonce", 1), tmp_path / ".seed1.work"
+
+
+def _interrupted_attempt(params: Any, item: tuple[str, str, int], work: Path, keys=("loss",)) -> None:
+    """An attempt of ``item`` that logs steps 1..3 of ``keys``, then is interrupted (Ctrl-C)."""
+    with pytest.raises(KeyboardInterrupt), tracking.train_run(params, *item, work_dir=work) as trk:
+        for step in (1, 2, 3):
+            trk.log_metrics({k: float(step) for k in keys}, step)
+        raise KeyboardInterrupt
+
+
+def test_raise_ends_failed_resume_continues_it_ctrl_c_ends_killed(tmp_path: Path, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    params, item, work = _train_item(tmp_path, monkeypatch, uri)
     with pytest.raises(RuntimeError), tracking.train_run(params, *item, work_dir=work) as trk:
         for step in (1, 2, 3):
             trk.log_metrics({"loss": float(step)}, step)
@@ -332,19 +346,10 @@ def test_a_store_down_at_the_start_queues_the_whole_run_and_sync_creates_it(
 ) -> None:
     from mlflow import MlflowClient
 
-    from focalcse.config import load_params
-
     dead = f"http://127.0.0.1:{free_port()}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))  # the queue folder
-    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
-    item = ("all-MiniLM-L6-v2", "infonce", 1)
-    work = tmp_path / ".seed1.work"
+    params, item, work = _train_item(tmp_path, monkeypatch, dead)
     start = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt), tracking.train_run(params, *item, work_dir=work) as trk:
-        for step in (1, 2, 3):
-            trk.log_metrics({"loss": float(step), "lr": 1e-5}, step)
-        raise KeyboardInterrupt
+    _interrupted_attempt(params, item, work, keys=("loss", "lr"))
     assert time.perf_counter() - start < 10
     notices = [line for line in capsys.readouterr().err.splitlines() if dead in line]
     assert len(notices) == 1 and "unreachable" in notices[0] and "training goes on" in notices[0]
@@ -379,18 +384,8 @@ def test_a_store_down_at_the_start_queues_the_whole_run_and_sync_creates_it(
 def test_an_offline_attempt_resumed_online_continues_one_run(tmp_path: Path, monkeypatch) -> None:
     from mlflow import MlflowClient
 
-    from focalcse.config import load_params
-
-    dead = f"http://127.0.0.1:{free_port()}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
-    item = ("all-MiniLM-L6-v2", "infonce", 1)
-    work = tmp_path / ".seed1.work"
-    with pytest.raises(KeyboardInterrupt), tracking.train_run(params, *item, work_dir=work) as trk:
-        for step in (1, 2, 3):
-            trk.log_metrics({"loss": float(step)}, step)
-        raise KeyboardInterrupt
+    params, item, work = _train_item(tmp_path, monkeypatch, f"http://127.0.0.1:{free_port()}")
+    _interrupted_attempt(params, item, work)
     (work / "last").mkdir()
     # the store is back when the item resumes: its queued run is created, then continued
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -427,8 +428,8 @@ def train_run(
     # ConfigError before touching the store; the same dict `focalcse config` prints
     effective = params.effective_config(backbone, loss, seed, framework)
     uri = tracking_uri()
-    item = (params, backbone, loss, seed, work_dir, framework, layout, effective, uri)
-    opening = _Opening(lambda: _open_train_run(*item), lambda reason: _offline_train_run(*item, reason))
+    item = _Item(params, backbone, loss, seed, work_dir, framework, layout, effective, uri)
+    opening = _Opening(lambda: _open_train_run(item), lambda reason: _offline_train_run(item, reason))
     try:
         yield opening
     except BaseException as err:
@@ -443,29 +444,71 @@ def train_run(
     opening.result().end("FINISHED")
 
 
-def _open_train_run(
-    params: Params,
-    backbone: str,
-    loss: str,
-    seed: int,
-    work_dir: str | os.PathLike | None,
-    framework: str,
-    layout: Layout | None,
-    effective: dict[str, Any],
-    uri: str,
-) -> TrainRun:
+@dataclass(frozen=True)
+class _Item:
+    """One train matrix item, as its MLflow run names it."""
+
+    params: Params
+    backbone: str
+    loss: str
+    seed: int
+    work_dir: str | os.PathLike | None
+    framework: str
+    layout: Layout | None
+    effective: dict[str, Any]  # the item's effective config (`focalcse config`)
+    uri: str
+
+    @property
+    def stage(self) -> str:
+        return stage_name("train", self.backbone, self.loss, self.seed, self.framework)
+
+    @property
+    def name(self) -> str:
+        return run_name(self.backbone, self.loss, self.seed, self.framework)
+
+    @property
+    def run_file(self) -> Path | None:
+        return Path(self.work_dir) / RUN_FILE if self.work_dir is not None else None
+
+    def values(self) -> dict[str, str]:
+        """The run's params: the effective config (``train.*``) and the data settings."""
+        p = self.params
+        return {
+            **flatten(self.effective, "train."),
+            "backbone": self.backbone,
+            "backbone_source": p.backbone_source(self.backbone),
+            "data.num_sentences": str(p.data.num_sentences),
+            "data.seed": str(p.data.seed),
+            "dev.batch_size": str(p.eval.batch_size),
+        }
+
+    def tags(self, me: dict[str, str]) -> dict[str, str]:
+        """The run's tags; ``me``: the identity of the process writing it."""
+        return {
+            **_base_tags(self.params, self.stage),
+            "backbone": self.backbone,
+            "loss": self.loss,
+            "seed": str(self.seed),
+            "framework": self.framework,
+            "focalcse_stage": "train",
+            **me,
+        }
+
+    def datasets(self) -> list[dict[str, Any]]:
+        return input_datasets(self.layout or Layout.at(repo_root()))
+
+
+def _open_train_run(item: _Item) -> TrainRun:
     """Create (or resume) the item's run, log its params, tags and dataset inputs, end its dead
     predecessors; the :class:`TrainRun` that sends its metrics."""
     from mlflow.entities import Param
 
     opened = time.perf_counter()
-    client, exp_id, uri = client_and_experiment(params, uri)
-    stage = stage_name("train", backbone, loss, seed, framework)
-    values = _run_params(params, backbone, effective)
+    client, exp_id, uri = client_and_experiment(item.params, item.uri)
+    values = item.values()
     me = identity_tags()  # host, pid, its start time: judged dead only from this host
-    run_file = _run_file(work_dir)
     run_id, skip = None, set()
-    prev = _previous_run(run_file, uri, values)
+    prev = _previous_run(item.run_file, uri, values)
     if prev is not None:
         try:
             if prev.get("offline"):  # queued whole while the store was down: created now
@@ -477,6 +520,7 @@ def _open_train_run(
                     skip = _existing_steps(client, run_id, set(old.data.metrics))
         except Exception:  # noqa: BLE001 - unreadable or unknown: a new run
             run_id = None
+    experiment = experiment_name(item.params)
     if run_id is not None:
         for k, v in me.items():  # first: a run back to RUNNING always names a live process
             client.set_tag(run_id, k, v)
@@ -486,20 +530,19 @@ def _open_train_run(
         client.update_run(run_id, status="RUNNING")
         with contextlib.suppress(Exception):  # the interrupted attempt's error, if it raised
             client.delete_tag(run_id, "error")
-        print(f"MLflow run {run_id} resumed in experiment {experiment_name(params)!r} at {redact(uri)}")
+        print(f"MLflow run {run_id} resumed in experiment {experiment!r} at {redact(uri)}")
     else:
-        tags = _run_tags(params, stage, backbone, loss, seed, framework, me)
-        run = client.create_run(exp_id, tags=tags, run_name=run_name(backbone, loss, seed, framework))
+        run = client.create_run(exp_id, tags=item.tags(me), run_name=item.name)
         run_id = run.info.run_id
-        print(f"MLflow run {run_id} in experiment {experiment_name(params)!r} at {redact(uri)}")
+        print(f"MLflow run {run_id} in experiment {experiment!r} at {redact(uri)}")
         items = [Param(k, v) for k, v in values.items()]
         for i in range(0, len(items), 100):
             client.log_batch(run_id, params=items[i : i + 100])
-    _kill_stale(client, exp_id, os.environ.get("DVC_STAGE", stage), run_id, queue_dir(), uri)
-    _write_run_file(run_file, run_id, uri, values)
+    _kill_stale(client, exp_id, os.environ.get("DVC_STAGE", item.stage), run_id, queue_dir(), uri)
+    _write_run_file(item.run_file, run_id, uri, values)
     tracker = TrainRun(client, run_id, uri=uri, skip=skip)
     try:
-        tracker.log_inputs(input_datasets(layout or Layout.at(repo_root())))
+        tracker.log_inputs(item.datasets())
     except BaseException as err:
         tracker.end("FAILED", error=f"{type(err).__name__}: {err}")
         raise
@@ -521,36 +564,6 @@ def _unreachable(err: Exception) -> str | None:
     except TrackingUnavailableError as down:  # it died between the check and the opening
         return str(down)
     return None
-
-
-def _run_params(params: Params, backbone: str, effective: dict[str, Any]) -> dict[str, str]:
-    """The params of a train run: the item's effective config (``train.*``) and its data settings."""
-    return {
-        **flatten(effective, "train."),
-        "backbone": backbone,
-        "backbone_source": params.backbone_source(backbone),
-        "data.num_sentences": str(params.data.num_sentences),
-        "data.seed": str(params.data.seed),
-        "dev.batch_size": str(params.eval.batch_size),
-    }
-
-
-def _run_tags(
-    params: Params, stage: str, backbone: str, loss: str, seed: int, framework: str, me: dict[str, str]
-) -> dict[str, str]:
-    return {
-        **_base_tags(params, stage),
-        "backbone": backbone,
-        "loss": loss,
-        "seed": str(seed),
-        "framework": framework,
-        "focalcse_stage": "train",
-        **me,
-    }
-
-
-def _run_file(work_dir: str | os.PathLike | None) -> Path | None:
-    return Path(work_dir) / RUN_FILE if work_dir is not None else None
 
 
 def _previous_run(run_file: Path | None, uri: str, values: dict[str, str]) -> dict[str, Any] | None:
@@ -583,40 +596,27 @@ def _write_run_file(
     run_file.write_text(json.dumps(record, indent=2) + "\n")
 
 
-def _offline_train_run(
-    params: Params,
-    backbone: str,
-    loss: str,
-    seed: int,
-    work_dir: str | os.PathLike | None,
-    framework: str,
-    layout: Layout | None,
-    effective: dict[str, Any],
-    uri: str,
-    reason: str,
-) -> TrainRun:
+def _offline_train_run(item: _Item, reason: str) -> TrainRun:
     """The item's run while the store is unreachable: a queue file named by a local id, whose header
     holds what creating the run needs (experiment, name, tags, start time); ``sync`` creates it. An
     interrupted offline attempt of the item is continued in the same file."""
-    stage = stage_name("train", backbone, loss, seed, framework)
-    values = _run_params(params, backbone, effective)
-    run_file = _run_file(work_dir)
-    prev = _previous_run(run_file, uri, values)
+    values = item.values()
+    prev = _previous_run(item.run_file, item.uri, values)
     queue = queue_dir()
     if prev is not None and prev.get("offline") and (queue / f"{prev['run_id']}.jsonl").is_file():
         local_id = prev["run_id"]
     else:
         local_id = f"offline-{uuid.uuid4().hex}"
     create = {
-        "experiment": experiment_name(params),
-        "run_name": run_name(backbone, loss, seed, framework),
-        "tags": _run_tags(params, stage, backbone, loss, seed, framework, identity_tags()),
+        "experiment": experiment_name(item.params),
+        "run_name": item.name,
+        "tags": item.tags(identity_tags()),
         "start_time": int(time.time() * 1000),
     }
-    tracker = TrainRun(None, local_id, uri=uri, queue=queue, create=create)
+    tracker = TrainRun(None, local_id, uri=item.uri, queue=queue, create=create)
     tracker.queue_records([{"t": "p", "k": k, "v": v} for k, v in values.items()])
-    tracker.log_inputs(input_datasets(layout or Layout.at(repo_root())))
-    _write_run_file(run_file, local_id, uri, values, offline=True)
+    tracker.log_inputs(item.datasets())
+    _write_run_file(item.run_file, local_id, item.uri, values, offline=True)
     print(
         f"{reason}; training goes on, its MLflow run is queued in {tracker.journal.path} "
         "(`focalcse tracking sync` creates it)",
