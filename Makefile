@@ -81,8 +81,8 @@ WORKER ?= $(shell hostname)
 pool-deploy: $(STAMP)  # once: the work pool and the dvc-stage-item/pool deployment (POOL_SOURCE: git URL for several machines)
 	PREFECT_API_URL=$(PREFECT_API) $(PY) -m pipelines.pool deploy --pool $(POOL) --source $(POOL_SOURCE)
 
-pool-worker: $(STAMP)  # on every machine: take pool items one at a time
-	PREFECT_API_URL=$(PREFECT_API) $(VENV)/bin/prefect worker start --pool $(POOL) --name $(WORKER) --limit 1 --type process
+pool-worker: $(STAMP)  # on every machine: take pool items one at a time (stops on the first Ctrl-C / SIGTERM)
+	PREFECT_API_URL=$(PREFECT_API) $(VENV)/bin/focalcse worker --pool $(POOL) --name $(WORKER) --limit 1
 
 pool-run: $(STAMP)  # the coordinator, from this checkout: make pool-run POOL_ARGS='--dvc-remote s3://bucket/focalcse'
 	PREFECT_API_URL=$(PREFECT_API) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pipelines.pool run $(POOL_ARGS)
