@@ -66,8 +66,10 @@ mlflow-ui: $(STAMP)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow server --backend-store-uri sqlite:///mlflow.db \
 	  --artifacts-destination ./mlartifacts --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1
 
+# the UI asks the API at PREFECT_UI_API_URL (else a PREFECT_API_URL from the env or profile, else port 4200)
 prefect-server: $(STAMP)
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_UI_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api \
+	  $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
 serve: $(STAMP)
 	PREFECT_API_URL=$(PREFECT_API) $(PY) -m pipelines.serve $(SERVE_ARGS)
@@ -84,8 +86,8 @@ WORKER ?= $(shell hostname)
 pool-deploy: $(STAMP)  # once: the work pool and the dvc-stage-item/pool deployment (POOL_SOURCE: git URL for several machines)
 	PREFECT_API_URL=$(PREFECT_API) $(PY) -m pipelines.pool deploy --pool $(POOL) --source $(POOL_SOURCE)
 
-pool-worker: $(STAMP)  # on every machine: take pool items one at a time
-	PREFECT_API_URL=$(PREFECT_API) $(VENV)/bin/prefect worker start --pool $(POOL) --name $(WORKER) --limit 1 --type process
+pool-worker: $(STAMP)  # on every machine: take pool items one at a time (stops on the first Ctrl-C / SIGTERM)
+	PREFECT_API_URL=$(PREFECT_API) $(VENV)/bin/focalcse worker --pool $(POOL) --name $(WORKER) --limit 1
 
 pool-run: $(STAMP)  # the coordinator, from this checkout: make pool-run POOL_ARGS='--dvc-remote s3://bucket/focalcse'
 	PREFECT_API_URL=$(PREFECT_API) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pipelines.pool run $(POOL_ARGS)

@@ -249,18 +249,19 @@ def main(argv: list[str] | None = None) -> int:
             wd.mkdir()
             start(
                 name,
+                # a process worker that stops on the first SIGINT, even one started with SIGINT
+                # ignored (src/focalcse/ops/worker.py)
                 [
-                    str(venv_bin / "prefect"),
+                    sys.executable,
+                    "-m",
+                    "focalcse.cli",
                     "worker",
-                    "start",
                     "--pool",
                     POOL,
                     "--name",
                     name,
                     "--limit",
                     "1",
-                    "--type",
-                    "process",
                 ],
                 {"FOCALCSE_WORKDIR": str(wd)},
                 cwd=wd,
@@ -313,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                     procs[name].send_signal(signal.SIGINT)  # a process worker stops on SIGINT, not SIGTERM
             for name in group:
                 proc = procs[name]
-                # A second SIGINT is a second Ctrl-C: in long test sessions a worker was seen to hang
-                # after the first one (its flow runs all finished); SIGKILL only if both go unheard.
+                # The first SIGINT stops each of them; a second (Prefect's CLI then SIGKILLs a worker)
+                # and SIGKILL are the fallbacks if one ever goes unheard.
                 for sig in (signal.SIGINT, None):
                     try:
                         proc.wait(timeout=90)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +30,17 @@ def test_pool_items_run_on_the_workers_and_come_back_through_dvc(tmp_path, data_
     out = tmp_path / "demo"
     env = {**os.environ, "FOCALCSE_DATA_MIRROR": str(data_mirror), "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "scripts/pool_demo.py", "--dir", str(out), "--stages", "evaluate", "--seeds", "1"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    # started as from the background of a script (`cmd &`, no job control): SIGINT ignored, inherited
+    # by the servers and the workers, which must still stop on the first SIGINT
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((out / "logs").glob("*.log")))
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{logs}"
     summary = json.loads((out / "pool_demo.json").read_text())
@@ -59,11 +69,8 @@ def test_pool_items_run_on_the_workers_and_come_back_through_dvc(tmp_path, data_
     for item in ("infonce", "focal_infonce"):
         assert json.loads((coord / f"metrics/eval/tiny-{item}-seed1.json").read_text())["avg"] > 0
 
-    # every process stopped; the servers cleanly. A process worker whose flow runs have all finished
-    # sometimes ignores the first SIGINT (seen in long test sessions, loaded or idle; cause not found):
-    # the demo's second SIGINT then makes Prefect's CLI SIGKILL it, which it reports as exit -9.
+    # every process stopped on the first SIGINT, exit 0 (a worker that missed it would need the
+    # demo's second SIGINT, on which Prefect's CLI SIGKILLs it: exit -9, 90 s later)
     stopped = [line for line in proc.stdout.splitlines() if "] stopped " in line]
-    assert len(stopped) == 4, stopped
-    servers = [line for line in stopped if "worker-" not in line]
-    assert len(servers) == 2 and all(line.endswith("exit 0)") for line in servers), stopped
-    assert all(re.search(r"exit (0|-9)\)$", line) for line in stopped), stopped
+    assert len(stopped) == 4 and all(line.endswith("exit 0)") for line in stopped), stopped
+    assert "still running 90 s after SIGINT" not in proc.stdout

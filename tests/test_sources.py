@@ -22,6 +22,8 @@ UNREACHABLE = "http://127.0.0.1:9/wiki1m_for_simcse.txt"  # loopback port 9 (dis
 @pytest.fixture
 def no_mirror(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.delenv(sources.MIRROR_ENV, raising=False)
+    for name in sources.OFFLINE_ENVS:  # the downloads are tried (each test sets what it needs)
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
@@ -61,6 +63,40 @@ def test_hub_offline_error_is_a_download_error(no_mirror: Path, monkeypatch) -> 
         sources.corpus_path(None)
 
 
+@pytest.mark.parametrize("env", sources.OFFLINE_ENVS)
+def test_offline_env_refuses_at_once_without_a_network_lookup(no_mirror: Path, monkeypatch, env: str) -> None:
+    import socket
+
+    tried: list[object] = []
+
+    def lookup(*args, **kwargs):
+        tried.append(args)
+        raise OSError("no network in this test")
+
+    for name in ("getaddrinfo", "create_connection"):
+        monkeypatch.setattr(socket, name, lookup)
+    monkeypatch.setenv(env, "1")
+    with pytest.raises(CorpusError) as err:
+        sources.corpus_path(None)
+    msg = str(err.value)
+    assert msg.startswith(f"cannot download {sources.WIKI1M_URL} (offline: {env}=1)") and "\n" not in msg
+    assert "FOCALCSE_DATA_MIRROR" in msg and "data.mirror" in msg
+    with pytest.raises(StsDataError, match=rf"cannot download {sources.SENTEVAL_URL} \(offline: {env}=1\)"):
+        sources.senteval_dir(None)
+    assert tried == [] and not (no_mirror / "senteval.tar").exists()
+    monkeypatch.setenv(env, "0")  # off: the download is tried
+    with pytest.raises(CorpusError, match="no network in this test"):
+        sources.corpus_path(None)
+    assert tried
+
+
+def test_offline_env_leaves_local_urls_alone(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    src = tmp_path / "src.txt"
+    src.write_text("a line\n")
+    assert sources._download(src.as_uri(), tmp_path / "cache" / "c.txt").read_text() == "a line\n"
+
+
 def test_download_permissions_follow_umask(tmp_path: Path) -> None:
     src = tmp_path / "src.txt"
     src.write_text("a line\n")
@@ -90,7 +126,7 @@ def test_stage_offline_without_mirror_prints_one_line(tmp_path: Path, stage: str
     params["data"]["mirror"] = ""
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "wrap.py").write_text(WRAPPER)
-    env = {k: v for k, v in os.environ.items() if k != sources.MIRROR_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (sources.MIRROR_ENV, *sources.OFFLINE_ENVS)}
     env[sources.CACHE_ENV] = str(tmp_path / "cache")
     url = f"http://127.0.0.1:9/{stage}"
     proc = subprocess.run(

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,6 +173,44 @@ def test_server_killed_mid_item_then_sync(project: Path, tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_a_train_item_started_with_the_server_down_finishes_then_sync(project: Path, tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    stage = "train@tiny-focal_infonce-1"
+    done = run(
+        ["dvc", "repro", "--single-item", stage], project, project_env(project, MLFLOW_TRACKING_URI=dead)
+    )
+    notices = [line for line in done.stderr.splitlines() if dead in line]
+    assert len(notices) == 1 and "training goes on" in notices[0], done.stderr[-3000:]
+    assert (project / "models/tiny/focal_infonce/seed1/model.safetensors").is_file()
+    train = json.loads((project / "metrics/train/tiny-focal_infonce-seed1.json").read_text())
+    status = run(["dvc", "status", stage], project, project_env(project)).stdout
+    assert "changed" not in status, status  # DVC committed the outputs
+    (queued,) = _queue_files(project)
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sync = run(
+        [sys.executable, "-m", "focalcse.cli", "tracking", "sync"],
+        project,
+        project_env(project, MLFLOW_TRACKING_URI=uri),
+    )
+    summary = sync.stdout.strip().splitlines()[-1]
+    assert summary.startswith("tracking sync: 1 run(s) sent") and "0 still queued" in summary, sync.stdout
+    assert not _queue_files(project)
+    client = MlflowClient(uri)
+    (r,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert r.info.status == "FINISHED" and r.info.run_name == "tiny-focal_infonce-seed1"
+    assert r.data.tags["dvc_stage"] == stage and "model_sha256" in r.data.tags
+    for key in ("loss", "lr", "grad_norm"):
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, key)]
+        assert steps == list(range(1, train["steps"] + 1)), key  # each step once
+    assert r.data.metrics["best_step"] == train["best_step"]
+    assert {a.path for a in client.list_artifacts(r.info.run_id)} >= {"model", "metrics"}
+    assert r.outputs.model_outputs  # the MLflow (sentence-transformers) model
+
+
+@pytest.mark.slow
 def test_kill_9_and_resume_keep_one_run_with_a_logged_model(project: Path) -> None:
     import mlflow
     import numpy as np
@@ -258,17 +297,30 @@ def test_run_of_a_dead_process_that_nothing_resumes_ends_killed(tmp_path: Path) 
     assert store.get_run(locked.info.run_id).info.status == "RUNNING"
 
 
-def test_raise_ends_failed_resume_continues_it_ctrl_c_ends_killed(tmp_path: Path, monkeypatch) -> None:
-    from mlflow import MlflowClient
-
+def _train_item(tmp_path: Path, monkeypatch, uri: str) -> tuple[Any, tuple[str, str, int], Path]:
+    """``(params, item, work folder)``: the default params' first item, its runs going to ``uri``,
+    its queue folder under ``tmp_path``."""
     from focalcse.config import load_params
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))  # the queue folder
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
-    item = ("all-MiniLM-L6-v2", "infonce", 1)
-    work = tmp_path / ".seed1.work"
+    return params, ("all-MiniLM-L6-v2", "infonce", 1), tmp_path / ".seed1.work"
+
+
+def _interrupted_attempt(params: Any, item: tuple[str, str, int], work: Path, keys=("loss",)) -> None:
+    """An attempt of ``item`` that logs steps 1..3 of ``keys``, then is interrupted (Ctrl-C)."""
+    with pytest.raises(KeyboardInterrupt), tracking.train_run(params, *item, work_dir=work) as trk:
+        for step in (1, 2, 3):
+            trk.log_metrics({k: float(step) for k in keys}, step)
+        raise KeyboardInterrupt
+
+
+def test_raise_ends_failed_resume_continues_it_ctrl_c_ends_killed(tmp_path: Path, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    params, item, work = _train_item(tmp_path, monkeypatch, uri)
     with pytest.raises(RuntimeError), tracking.train_run(params, *item, work_dir=work) as trk:
         for step in (1, 2, 3):
             trk.log_metrics({"loss": float(step)}, step)
@@ -286,4 +338,64 @@ def test_raise_ends_failed_resume_continues_it_ctrl_c_ends_killed(tmp_path: Path
     assert r.info.status == "KILLED" and "error" in r.data.tags
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2, 3, 4]
     assert len(client.search_runs([r.info.experiment_id])) == 1
+    assert not list(tracking.queue_dir(tmp_path).glob("*.jsonl"))
+
+
+def test_a_store_down_at_the_start_queues_the_whole_run_and_sync_creates_it(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from mlflow import MlflowClient
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    params, item, work = _train_item(tmp_path, monkeypatch, dead)
+    start = time.perf_counter()
+    _interrupted_attempt(params, item, work, keys=("loss", "lr"))
+    assert time.perf_counter() - start < 10
+    notices = [line for line in capsys.readouterr().err.splitlines() if dead in line]
+    assert len(notices) == 1 and "unreachable" in notices[0] and "training goes on" in notices[0]
+    (queued,) = tracking.queue_dir(tmp_path).glob("*.jsonl")
+    local_id = json.loads((work / tracking.RUN_FILE).read_text())["run_id"]
+    assert queued.stem == local_id
+    (work / "last").mkdir()  # a checkpoint at step 2: the rerun, still offline, continues the file
+    with tracking.train_run(params, *item, work_dir=work) as trk:
+        assert trk.run_id == local_id
+        for step in (2, 3, 4):  # 2 and 3 are queued already
+            trk.log_metrics({"loss": float(step), "lr": 1e-5}, step)
+    assert list(tracking.queue_dir(tmp_path).glob("*.jsonl")) == [queued]
+    losses = [r["s"] for r in tracking.read_queue(queued) if r.get("k") == "loss"]
+    assert losses == [1, 2, 3, 4]
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # a store that works: the run is created there
+    assert tracking.sync(tmp_path) == {"runs": 1, "metrics": 8, "left": 0, "killed": 0}
+    assert not list(tracking.queue_dir(tmp_path).glob("*.jsonl"))
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(params.tracking.experiment)
+    (r,) = client.search_runs([exp.experiment_id])
+    assert r.info.status == "FINISHED" and r.info.run_name == "all-MiniLM-L6-v2-infonce-seed1"
+    assert r.info.end_time >= r.info.start_time
+    assert r.data.tags["dvc_stage"] == "train@all-MiniLM-L6-v2-infonce-1"
+    assert r.data.params["train.loss"] == "infonce"
+    for key in ("loss", "lr"):
+        assert [m.step for m in client.get_metric_history(r.info.run_id, key)] == [1, 2, 3, 4]
+    assert tracking.sync(tmp_path) == {"runs": 0, "metrics": 0, "left": 0, "killed": 0}  # nothing twice
+
+
+def test_an_offline_attempt_resumed_online_continues_one_run(tmp_path: Path, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    params, item, work = _train_item(tmp_path, monkeypatch, f"http://127.0.0.1:{free_port()}")
+    _interrupted_attempt(params, item, work)
+    (work / "last").mkdir()
+    # the store is back when the item resumes: its queued run is created, then continued
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with tracking.train_run(params, *item, work_dir=work) as trk:
+        run_id = trk.run_id
+        for step in (3, 4):
+            trk.log_metrics({"loss": float(step)}, step)
+    client = MlflowClient(uri)
+    (r,) = client.search_runs([client.get_experiment_by_name(params.tracking.experiment).experiment_id])
+    assert r.info.run_id == run_id and r.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2, 3, 4]
     assert not list(tracking.queue_dir(tmp_path).glob("*.jsonl"))

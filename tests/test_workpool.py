@@ -286,3 +286,96 @@ def test_reproduce_pool_refuses_uncommitted_changes(project) -> None:
     (project.coord / "make.py").write_text("print('changed')\n")
     with pytest.raises(workpool.CheckoutError, match=r"uncommitted changes in make\.py"):
         pool.reproduce_pool.fn(repo=str(project.coord))
+
+
+# ---------------------------------------------------------------- the worker stops on the first SIGINT
+def _ignoring_sigint() -> None:  # what a shell without job control gives a background command
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+INTERRUPTIBLE = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from focalcse.ops.worker import interruptible
+    print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, interruptible(), flush=True)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(10)
+    """
+)
+
+
+@pytest.mark.parametrize("ignored", [True, False])
+def test_a_worker_gets_sigint_back_when_it_inherited_it_ignored(ignored: bool) -> None:
+    import signal
+
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERRUPTIBLE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_ignoring_sigint if ignored else None,
+    )
+    assert proc.stdout.split() == [str(ignored), str(ignored)], proc.stderr
+    # the SIGINT was heard: KeyboardInterrupt, then Python ends by that signal
+    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_pool_worker_started_with_sigint_ignored_stops_on_the_first(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    pytest.importorskip("prefect")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    venv = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "home"),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    server = subprocess.Popen(
+        [str(venv / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{env['PREFECT_API_URL']}/health", timeout=2)  # noqa: S310
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "no Prefect server"
+                time.sleep(0.5)
+        log = tmp_path / "worker.log"
+        cmd = [sys.executable, "-m", "focalcse.cli", "worker", "--pool", "p", "--name", "w"]
+        with open(log, "w") as out:
+            worker = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_ignoring_sigint
+            )
+        while "started!" not in log.read_text():
+            assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        worker.send_signal(signal.SIGINT)
+        try:
+            assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the session the server leads
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

@@ -1,5 +1,5 @@
 """``focalcse`` command line: evaluate a model folder on the STS tasks; print one item's config;
-send queued MLflow records (``focalcse tracking sync``).
+send queued MLflow records (``focalcse tracking sync``); run a work-pool worker (``focalcse worker``).
 
 Hyper-parameters never arrive through flags: training reads ``params.yaml`` (see ``stages/``);
 ``focalcse config`` shows what one train item of a parameter set will use; ``focalcse params use
@@ -103,6 +103,12 @@ def _tracking_sync(args: argparse.Namespace) -> int:
     return EX_TEMPFAIL if counts["left"] else 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from focalcse.ops import worker
+
+    return worker.run(args.pool, args.name, args.limit)
+
+
 def _params_use(args: argparse.Namespace) -> int:
     from focalcse.config import ConfigError
     from focalcse.paramsets import use
@@ -201,6 +207,15 @@ def main(argv: list[str] | None = None) -> int:
         "--queue", default=None, help="queue folder (default: <repo root>/.focalcse/tracking-queue)"
     )
     sy.set_defaults(func=_tracking_sync)
+    wk = sub.add_parser(
+        "worker",
+        help="a Prefect process worker on a work pool; stops on the first SIGINT or SIGTERM, even when "
+        "started in the background of a script (which leaves SIGINT ignored)",
+    )
+    wk.add_argument("--pool", required=True, help="the work pool (`make pool-deploy` creates it)")
+    wk.add_argument("--name", required=True, help="this worker's name (one per machine)")
+    wk.add_argument("--limit", type=int, default=1, help="flow runs at a time (default 1)")
+    wk.set_defaults(func=_worker)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -19,6 +19,7 @@ import shutil
 import tarfile
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -60,6 +61,19 @@ def cache_dir() -> Path:
 # connection dropped or timed out mid-read, a broken HTTP response; huggingface_hub's offline-mode
 # error is a ConnectionError too. A local write error (disk full) is not among them and stays as is.
 DOWNLOAD_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
+# Hugging Face's offline switches (the downloads are from huggingface.co): either one set, no
+# network lookup is tried. The values huggingface_hub reads as true.
+OFFLINE_ENVS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+_TRUE = ("1", "on", "yes", "true")
+
+
+def offline_env() -> str | None:
+    """``NAME=value`` of the first offline switch that is set, or None."""
+    for name in OFFLINE_ENVS:
+        value = os.environ.get(name, "")
+        if value.strip().lower() in _TRUE:
+            return f"{name}={value}"
+    return None
 
 
 def _download(url: str, dest: Path, error: type[Exception] = CorpusError) -> Path:
@@ -67,11 +81,22 @@ def _download(url: str, dest: Path, error: type[Exception] = CorpusError) -> Pat
 
     Raises:
         ``error`` (:class:`CorpusError` or :class:`StsDataError`, printed in one line by the stages):
-            the download failed (offline, refused, HTTP error); the message names the URL and the mirror
-            settings that avoid it.
+            the download failed (refused, HTTP error), or was not tried: an http(s) URL while
+            ``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` is set; the message names the URL and the
+            mirror settings that avoid it.
     """
     from tqdm.auto import tqdm
 
+    def failed(reason: object) -> Exception:
+        return error(
+            f"cannot download {url} ({reason}); offline or no network? Set {MIRROR_ENV} or the "
+            f"`data.mirror` param to a mirror folder laid out like shared/data "
+            f"(corpus/wiki1m_standin.txt.gz, senteval/downstream/{{STS,SICK}})"
+        )
+
+    offline = offline_env()
+    if offline and urllib.parse.urlsplit(url).scheme in ("http", "https"):  # not even a DNS lookup
+        raise failed(f"offline: {offline}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
     try:
@@ -83,12 +108,7 @@ def _download(url: str, dest: Path, error: type[Exception] = CorpusError) -> Pat
                         out.write(chunk)
                         bar.update(len(chunk))
         except DOWNLOAD_ERRORS as err:
-            reason = getattr(err, "reason", None) or err
-            raise error(
-                f"cannot download {url} ({reason}); offline or no network? Set {MIRROR_ENV} or the "
-                f"`data.mirror` param to a mirror folder laid out like shared/data "
-                f"(corpus/wiki1m_standin.txt.gz, senteval/downstream/{{STS,SICK}})"
-            ) from err
+            raise failed(getattr(err, "reason", None) or err) from err
         os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's 0600 -> what a plain open would give
         os.replace(tmp, dest)
     except BaseException:

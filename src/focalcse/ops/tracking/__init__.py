@@ -12,8 +12,9 @@ a run whose process on this machine is gone is ended KILLED by the item's next a
 
 Where: ``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<repo root>/mlflow.db`` with artifacts in
 ``<repo root>/mlartifacts`` (the repo root is ``DVC_ROOT``, which DVC sets for every stage command,
-also for queued experiments running in a temporary copy). An ``http(s)`` server is checked up front
-so a stage fails in seconds, before any training, when it is unreachable.
+also for queued experiments running in a temporary copy). An ``http(s)`` server is checked up front:
+the evaluate and report stages fail in seconds, before any work, when it is unreachable; a train item
+trains on and queues its whole run (created by ``focalcse tracking sync``).
 ``FOCALCSE_TRACKING=off`` disables tracking.
 
 The package, one job per module: ``store`` (where runs go: the URI, its check, the experiment, the

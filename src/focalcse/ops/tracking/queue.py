@@ -19,6 +19,7 @@ from focalcse.ops.tracking.store import (
     _short_http,
     _sqlite_path,
     check_tracking_uri,
+    experiment_id,
     redact,
     repo_root,
     tracking_uri,
@@ -150,7 +151,7 @@ def _apply(client: Any, uri: str, run_id: str, r: dict[str, Any]) -> None:
     elif t == "inputs":
         _log_inputs(client, run_id, r["datasets"])
     elif t == "end":
-        client.set_terminated(run_id, status=r["status"])
+        client.set_terminated(run_id, status=r["status"], end_time=r.get("ts"))
 
 
 def _queue_uri(header: dict[str, Any]) -> str:
@@ -194,7 +195,8 @@ def sync_records(
     params = [r for r in rest if r["t"] == "p"]
     if params:
         existing = client.get_run(run_id).data.params
-        items = [Param(r["k"], r["v"]) for r in params if r["k"] not in existing]
+        fresh = {r["k"]: r["v"] for r in params if r["k"] not in existing}  # (a resumed run's twice)
+        items = [Param(k, v) for k, v in fresh.items()]
         for i in range(0, len(items), 100):
             client.log_batch(run_id, params=items[i : i + 100])
     rest = [r for r in rest if r["t"] != "p"]
@@ -204,6 +206,19 @@ def sync_records(
         except Exception:
             return rest[i:], sent
     return [], sent
+
+
+def _create_run(client: Any, uri: str, create: dict[str, Any]) -> str:
+    """Create the run an offline queue file's header describes (its experiment too, if missing)."""
+    exp_id = experiment_id(client, uri, create["experiment"])
+    run = client.create_run(
+        exp_id,
+        start_time=create.get("start_time"),
+        tags=create.get("tags") or {},
+        run_name=create.get("run_name"),
+    )
+    print(f"MLflow run {run.info.run_id} created for queued run {create.get('run_name')}", flush=True)
+    return run.info.run_id
 
 
 def _sync_file(path: Path, client: Any = None, uri: str | None = None) -> tuple[str, int, str | None]:
@@ -223,11 +238,19 @@ def _sync_file(path: Path, client: Any = None, uri: str | None = None) -> tuple[
         if header is None:
             return "unreadable", 0, None
         run_id = header["run_id"]
-        uri = uri or _queue_uri(header)
+        # a run queued whole exists in no store yet: it goes to the one named now
+        uri = uri or (tracking_uri() if header.get("create") else _queue_uri(header))
         try:
             if client is None:
                 check_tracking_uri(uri)
                 client = MlflowClient(tracking_uri=uri)
+            if header.get("create"):  # queued whole, the store down when its stage started
+                run_id = _create_run(client, uri, header["create"])
+                # recorded at once: a sync killed from here on continues this run, never a second
+                lock.write(json.dumps({"t": "run", "run_id": run_id, "create": None}) + "\n")
+                lock.flush()
+                os.fsync(lock.fileno())
+                header = {**header, "run_id": run_id, "create": None}
             left, sent = sync_records(client, uri, run_id, body)
         except Exception:  # noqa: BLE001 - unreachable or refused: keep the file
             return "left", 0, run_id
@@ -276,15 +299,17 @@ def sync(root: str | os.PathLike | None = None, folder: str | os.PathLike | None
     _short_http()
     out = {"runs": 0, "metrics": 0, "left": 0, "killed": 0}
     base = Path(folder) if folder is not None else queue_dir(root)
+    waiting: set[str] = set()  # runs with records still queued (named by id, or created by sync)
     for path in sorted(base.glob("*.jsonl")) if base.is_dir() else ():
-        outcome, sent, _ = _sync_file(path)
+        outcome, sent, run_id = _sync_file(path)
         out["metrics"] += sent
         if outcome in ("sent", "killed"):
             out["runs"] += 1
             out["killed"] += outcome == "killed"
         elif outcome != "unreadable":
             out["left"] += 1
-    waiting = {p.stem for p in base.glob("*.jsonl")} if base.is_dir() else set()
+            waiting.add(run_id or path.stem)
+    waiting |= {p.stem for p in base.glob("*.jsonl")} if base.is_dir() else set()
     with contextlib.suppress(Exception):  # housekeeping: an unreachable store is the queue's business
         out["killed"] += reap(tracking_uri(root), exclude=waiting)
     return out

@@ -8,12 +8,15 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from focalcse.config import BASE_FRAMEWORK, Params
+from focalcse.errors import TrackingUnavailableError
 from focalcse.layout import Layout, run_name, stage_name
 from focalcse.ops.tracking.inputs import input_datasets
 from focalcse.ops.tracking.process import (
@@ -71,6 +74,7 @@ class TrainRun:
         queue: str | os.PathLike | None = None,
         skip: set[tuple[str, int]] | None = None,
         close_timeout: float = CLOSE_TIMEOUT_S,
+        create: dict[str, Any] | None = None,
     ) -> None:
         self.client = client
         self.run_id = run_id
@@ -79,8 +83,12 @@ class TrainRun:
         folder = Path(queue) if queue is not None else queue_dir()
         # the process writing the run (host, pid, start time): judged dead only from its own host
         self._header = {"t": "run", "run_id": run_id, "uri": redact(uri), **process_identity()}
+        if create is not None:  # no store reached yet: `sync` creates the run from this
+            self._header["create"] = create
         self.journal = _Journal(folder / f"{run_id}.jsonl", self._header)
-        self._skip = skip or set()
+        # a resumed offline run: the steps its earlier attempts journaled
+        prior = {(r["k"], int(r["s"])) for r in self.journal.prior if r["t"] == "m"}
+        self._skip = (skip or set()) | prior
         self._pending: list[dict[str, Any]] = []  # handed to the sender, not confirmed
         self._cond = threading.Condition()
         self._kick = False
@@ -91,7 +99,10 @@ class TrainRun:
         self.down = False  # the sender's last attempt failed
         self._queued: list[dict[str, Any]] = []  # non-metric records not sent
         self._thread = threading.Thread(target=self._drain, name="mlflow-sender", daemon=True)
-        self._thread.start()
+        if client is None:  # offline: everything stays in the queue file
+            self.down = True
+        else:
+            self._thread.start()
 
     # -- metrics
     def _records(self, metrics: dict[str, Any], step: int) -> list[dict[str, Any]]:
@@ -169,6 +180,11 @@ class TrainRun:
                 return False  # a send after the kick failed: the server is (still) down
             time.sleep(0.05)
         return False
+
+    def queue_records(self, records: list[dict[str, Any]]) -> None:
+        """Journal ``records`` and keep them for the store (an offline run's params)."""
+        self.journal.append(records)
+        self._queued.extend(records)
 
     # -- inputs
     def log_inputs(self, datasets: list[dict[str, Any]]) -> None:
@@ -255,18 +271,19 @@ class TrainRun:
         with self._cond:
             self._closing = True
             self._cond.notify()
-        self._thread.join(timeout=0.5)
-        print(f"MLflow sender: {self.sender_cpu:.1f} s CPU over {self.attempts} sends", flush=True)
+        if self.client is not None:
+            self._thread.join(timeout=0.5)
+            print(f"MLflow sender: {self.sender_cpu:.1f} s CPU over {self.attempts} sends", flush=True)
         if error:
             self._send({"t": "tag", "k": "error", "v": error[:5000]})
-        self._send({"t": "end", "status": status})
+        self._send({"t": "end", "status": status, "ts": int(time.time() * 1000)})
         with self._cond:
             pending = list(self._pending)
         left = [*self.journal.prior, *pending, *self._queued]
         if not self.down and not self.failures and not self.journal.prior:
             self.journal.close(remove=True)
             return None
-        if not self.down:  # recovered, or an earlier attempt's records: resend what MLflow lacks
+        if not self.down and self.client is not None:  # recovered, or an earlier attempt's records
             with contextlib.suppress(Exception):
                 left, _ = sync_records(self.client, self.uri, self.run_id, left)
         if not left:
@@ -336,8 +353,9 @@ class _Opening:
     first ``log_metrics`` (the first training step) waits for it, so no metric precedes its run and
     the opening costs the item no wall time of its own."""
 
-    def __init__(self, open_run: Any) -> None:
+    def __init__(self, open_run: Any, offline: Any) -> None:
         self._open = open_run
+        self._offline = offline  # offline(reason): the run queued whole, when the store is down
         self._run: TrainRun | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._target, name="mlflow-open", daemon=True)
@@ -345,7 +363,13 @@ class _Opening:
 
     def _target(self) -> None:
         try:
-            self._run = self._open()
+            try:
+                self._run = self._open()
+            except Exception as err:
+                reason = _unreachable(err)
+                if reason is None:
+                    raise
+                self._run = self._offline(reason)
         except BaseException as err:  # noqa: BLE001 - raised in the stage's thread by result()
             self._error = err
 
@@ -377,12 +401,14 @@ def train_run(
     framework: str = BASE_FRAMEWORK,
     layout: Layout | None = None,
 ) -> Iterator[TrainRun | _NoRun | _Opening]:
-    """Open the MLflow run of one train matrix item (connectivity checked first); it ends FINISHED,
-    FAILED with the error as a tag if the body raises, KILLED on KeyboardInterrupt.
+    """Open the MLflow run of one train matrix item; it ends FINISHED, FAILED with the error as a tag
+    if the body raises, KILLED on KeyboardInterrupt.
 
-    The URI is checked at once (an unreachable server stops the item before any work); the run
-    itself is opened (params, tags, earlier runs, dataset inputs) by a background thread while the
-    body loads its model and data, and the first ``log_metrics`` waits for it.
+    The run is opened (params, tags, earlier runs, dataset inputs) by a background thread while the
+    body loads its model and data, and the first ``log_metrics`` waits for it. Training never waits
+    on the store: one that is unreachable when the item starts is treated like one that dies
+    mid-run. One line says so, the whole run (its creation included) goes to the local queue, the
+    item trains and finishes, and ``focalcse tracking sync`` creates the run and sends the rest.
 
     ``work_dir``: the item's checkpoint folder (``.seed<k>.work`` beside the model). The run id is
     kept there, so a resumed item continues the same run; an earlier run of the item left RUNNING by
@@ -402,10 +428,8 @@ def train_run(
     # ConfigError before touching the store; the same dict `focalcse config` prints
     effective = params.effective_config(backbone, loss, seed, framework)
     uri = tracking_uri()
-    check_tracking_uri(uri)  # fail fast, before any work
-    opening = _Opening(
-        lambda: _open_train_run(params, backbone, loss, seed, work_dir, framework, layout, effective, uri)
-    )
+    item = _Item(params, backbone, loss, seed, work_dir, framework, layout, effective, uri)
+    opening = _Opening(lambda: _open_train_run(item), lambda reason: _offline_train_run(item, reason))
     try:
         yield opening
     except BaseException as err:
@@ -420,46 +444,83 @@ def train_run(
     opening.result().end("FINISHED")
 
 
-def _open_train_run(
-    params: Params,
-    backbone: str,
-    loss: str,
-    seed: int,
-    work_dir: str | os.PathLike | None,
-    framework: str,
-    layout: Layout | None,
-    effective: dict[str, Any],
-    uri: str,
-) -> TrainRun:
+@dataclass(frozen=True)
+class _Item:
+    """One train matrix item, as its MLflow run names it."""
+
+    params: Params
+    backbone: str
+    loss: str
+    seed: int
+    work_dir: str | os.PathLike | None
+    framework: str
+    layout: Layout | None
+    effective: dict[str, Any]  # the item's effective config (`focalcse config`)
+    uri: str
+
+    @property
+    def stage(self) -> str:
+        return stage_name("train", self.backbone, self.loss, self.seed, self.framework)
+
+    @property
+    def name(self) -> str:
+        return run_name(self.backbone, self.loss, self.seed, self.framework)
+
+    @property
+    def run_file(self) -> Path | None:
+        return Path(self.work_dir) / RUN_FILE if self.work_dir is not None else None
+
+    def values(self) -> dict[str, str]:
+        """The run's params: the effective config (``train.*``) and the data settings."""
+        p = self.params
+        return {
+            **flatten(self.effective, "train."),
+            "backbone": self.backbone,
+            "backbone_source": p.backbone_source(self.backbone),
+            "data.num_sentences": str(p.data.num_sentences),
+            "data.seed": str(p.data.seed),
+            "dev.batch_size": str(p.eval.batch_size),
+        }
+
+    def tags(self, me: dict[str, str]) -> dict[str, str]:
+        """The run's tags; ``me``: the identity of the process writing it."""
+        return {
+            **_base_tags(self.params, self.stage),
+            "backbone": self.backbone,
+            "loss": self.loss,
+            "seed": str(self.seed),
+            "framework": self.framework,
+            "focalcse_stage": "train",
+            **me,
+        }
+
+    def datasets(self) -> list[dict[str, Any]]:
+        return input_datasets(self.layout or Layout.at(repo_root()))
+
+
+def _open_train_run(item: _Item) -> TrainRun:
     """Create (or resume) the item's run, log its params, tags and dataset inputs, end its dead
     predecessors; the :class:`TrainRun` that sends its metrics."""
     from mlflow.entities import Param
 
     opened = time.perf_counter()
-    client, exp_id, uri = client_and_experiment(params, uri)
-    stage = stage_name("train", backbone, loss, seed, framework)
-    values = {
-        **flatten(effective, "train."),
-        "backbone": backbone,
-        "backbone_source": params.backbone_source(backbone),
-        "data.num_sentences": str(params.data.num_sentences),
-        "data.seed": str(params.data.seed),
-        "dev.batch_size": str(params.eval.batch_size),
-    }
+    client, exp_id, uri = client_and_experiment(item.params, item.uri)
+    values = item.values()
     me = identity_tags()  # host, pid, its start time: judged dead only from this host
-    work = Path(work_dir) if work_dir is not None else None
-    run_file = work / RUN_FILE if work is not None else None
     run_id, skip = None, set()
-    if run_file is not None and run_file.is_file() and any((work / c).is_dir() for c in ("last", "previous")):
+    prev = _previous_run(item.run_file, uri, values)
+    if prev is not None:
         try:
-            prev = json.loads(run_file.read_text())
-            if prev.get("uri") == redact(uri) and prev.get("params") == values:
+            if prev.get("offline"):  # queued whole while the store was down: created now
+                _, _, prev["run_id"] = _sync_file(queue_dir() / f"{prev['run_id']}.jsonl", client, uri)
+            if prev["run_id"] is not None:
                 old = client.get_run(prev["run_id"])
                 if old.info.experiment_id == exp_id and old.info.status != "FINISHED":
                     run_id = old.info.run_id
                     skip = _existing_steps(client, run_id, set(old.data.metrics))
         except Exception:  # noqa: BLE001 - unreadable or unknown: a new run
             run_id = None
+    experiment = experiment_name(item.params)
     if run_id is not None:
         for k, v in me.items():  # first: a run back to RUNNING always names a live process
             client.set_tag(run_id, k, v)
@@ -469,37 +530,97 @@ def _open_train_run(
         client.update_run(run_id, status="RUNNING")
         with contextlib.suppress(Exception):  # the interrupted attempt's error, if it raised
             client.delete_tag(run_id, "error")
-        print(f"MLflow run {run_id} resumed in experiment {experiment_name(params)!r} at {redact(uri)}")
+        print(f"MLflow run {run_id} resumed in experiment {experiment!r} at {redact(uri)}")
     else:
-        tags = {
-            **_base_tags(params, stage),
-            "backbone": backbone,
-            "loss": loss,
-            "seed": str(seed),
-            "framework": framework,
-            "focalcse_stage": "train",
-            **me,
-        }
-        run = client.create_run(exp_id, tags=tags, run_name=run_name(backbone, loss, seed, framework))
+        run = client.create_run(exp_id, tags=item.tags(me), run_name=item.name)
         run_id = run.info.run_id
-        print(f"MLflow run {run_id} in experiment {experiment_name(params)!r} at {redact(uri)}")
+        print(f"MLflow run {run_id} in experiment {experiment!r} at {redact(uri)}")
         items = [Param(k, v) for k, v in values.items()]
         for i in range(0, len(items), 100):
             client.log_batch(run_id, params=items[i : i + 100])
-    _kill_stale(client, exp_id, os.environ.get("DVC_STAGE", stage), run_id, queue_dir(), uri)
-    if run_file is not None:
-        work.mkdir(parents=True, exist_ok=True)
-        record = {"run_id": run_id, "pid": os.getpid(), "uri": redact(uri), "params": values}
-        run_file.write_text(json.dumps(record, indent=2) + "\n")
+    _kill_stale(client, exp_id, os.environ.get("DVC_STAGE", item.stage), run_id, queue_dir(), uri)
+    _write_run_file(item.run_file, run_id, uri, values)
     tracker = TrainRun(client, run_id, uri=uri, skip=skip)
     try:
-        tracker.log_inputs(input_datasets(layout or Layout.at(repo_root())))
+        tracker.log_inputs(item.datasets())
     except BaseException as err:
         tracker.end("FAILED", error=f"{type(err).__name__}: {err}")
         raise
     print(
         f"MLflow run ready in {time.perf_counter() - opened:.1f} s (params, tags, dataset inputs; "
         "opened beside the model load)",
+        flush=True,
+    )
+    return tracker
+
+
+def _unreachable(err: Exception) -> str | None:
+    """Why the store cannot be reached, when that is what ``err`` (raised opening a run) comes from;
+    None for any other error (a bug, a refusal), which the stage reports."""
+    if isinstance(err, TrackingUnavailableError):
+        return str(err)
+    try:
+        check_tracking_uri(tracking_uri())
+    except TrackingUnavailableError as down:  # it died between the check and the opening
+        return str(down)
+    return None
+
+
+def _previous_run(run_file: Path | None, uri: str, values: dict[str, str]) -> dict[str, Any] | None:
+    """The run an interrupted attempt of the item left (it has a checkpoint), when it had the same
+    params and went to the same store (or, queued whole, to none yet); else None (a new run)."""
+    if run_file is None or not run_file.is_file():
+        return None
+    if not any((run_file.parent / c).is_dir() for c in ("last", "previous")):
+        return None
+    try:
+        prev = json.loads(run_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if prev.get("params") != values or not prev.get("run_id"):
+        return None
+    if prev.get("uri") != redact(uri) and not prev.get("offline"):
+        return None
+    return prev
+
+
+def _write_run_file(
+    run_file: Path | None, run_id: str, uri: str, values: dict[str, str], offline: bool = False
+) -> None:
+    if run_file is None:
+        return
+    run_file.parent.mkdir(parents=True, exist_ok=True)
+    record = {"run_id": run_id, "pid": os.getpid(), "uri": redact(uri), "params": values}
+    if offline:
+        record["offline"] = True
+    run_file.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _offline_train_run(item: _Item, reason: str) -> TrainRun:
+    """The item's run while the store is unreachable: a queue file named by a local id, whose header
+    holds what creating the run needs (experiment, name, tags, start time); ``sync`` creates it. An
+    interrupted offline attempt of the item is continued in the same file."""
+    values = item.values()
+    prev = _previous_run(item.run_file, item.uri, values)
+    queue = queue_dir()
+    if prev is not None and prev.get("offline") and (queue / f"{prev['run_id']}.jsonl").is_file():
+        local_id = prev["run_id"]
+    else:
+        local_id = f"offline-{uuid.uuid4().hex}"
+    create = {
+        "experiment": experiment_name(item.params),
+        "run_name": item.name,
+        "tags": item.tags(identity_tags()),
+        "start_time": int(time.time() * 1000),
+    }
+    tracker = TrainRun(None, local_id, uri=item.uri, queue=queue, create=create)
+    tracker.queue_records([{"t": "p", "k": k, "v": v} for k, v in values.items()])
+    tracker.log_inputs(item.datasets())
+    _write_run_file(item.run_file, local_id, item.uri, values, offline=True)
+    print(
+        f"{reason}; training goes on, its MLflow run is queued in {tracker.journal.path} "
+        "(`focalcse tracking sync` creates it)",
+        file=sys.stderr,
         flush=True,
     )
     return tracker

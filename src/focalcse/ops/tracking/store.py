@@ -173,21 +173,26 @@ def client_and_experiment(params: Params, uri: str | None = None) -> tuple[Any, 
     uri = uri or tracking_uri()
     check_tracking_uri(uri)
     _short_http()
-    name = experiment_name(params)
-    with _store_lock(uri):
+    with _store_lock(uri):  # (a sqlite store's tables are made on first use)
         client = MlflowClient(tracking_uri=uri)
+    return client, experiment_id(client, uri, experiment_name(params)), uri
+
+
+def experiment_id(client: Any, uri: str, name: str) -> str:
+    """The id of experiment ``name`` in the store ``uri`` that ``client`` talks to; created (tagged
+    with its kind, artifacts beside a sqlite store) if missing."""
+    with _store_lock(uri):
         exp = client.get_experiment_by_name(name)
         if exp is not None:
             if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
                 client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-            return client, exp.experiment_id, uri
+            return exp.experiment_id
         location = None
         if uri.startswith("sqlite:///"):  # absolute, so runs from any cwd (or DVC temp copy) agree
             location = Layout.at(_sqlite_path(uri).parent).mlflow_artifacts.as_uri()
-        exp_id = client.create_experiment(
+        return client.create_experiment(
             name, artifact_location=location, tags={"param_set": name, EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
         )
-        return client, exp_id, uri
 
 
 def _base_tags(params: Params, stage: str) -> dict[str, str]:
