@@ -35,9 +35,8 @@ Plain torch plus a Hugging Face encoder.
 
 * **Generator, trained here** (the ``pretrain_generator`` stage, :func:`focalcse.core.generator.pretrain_mlm`):
   no MLM can be downloaded offline, so a small BERT MLM is trained from random weights on the corpus
-  with the backbone's tokenizer. That job is its own module, which this one does not import: a change
-  to the pre-training reruns the generator items, and DiffCSE's items only if the generator comes out
-  different. The masking both use is :func:`focalcse.core.masking.mask_tokens`.
+  with the backbone's tokenizer. That job is its own module, which this one does not import: DiffCSE's
+  items see a change to the pre-training only through the generator folder they depend on. The masking both use is :func:`focalcse.core.masking.mask_tokens`.
 
 This package is the training step only (one job, one module); a framework item's DVC deps name its
 folder (``src/focalcse/core/frameworks/${item.framework}``, beside its settings module).
