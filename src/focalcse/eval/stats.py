@@ -112,6 +112,7 @@ def paired_power(effect: float, n: int, alpha: float = 0.05) -> float:
     value = float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
     if math.isfinite(value):
         return value
+
     # scipy's nct gives NaN far in its tail (e.g. df = 1, nc > ~8): the same probability as the
     # integral over S = sqrt(V / df), V ~ chi2(df), of P(|Z + nc| > crit * S), Z standard normal
     def given(v: float) -> float:
