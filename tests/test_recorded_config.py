@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_training import _sentence
 from tiny_project import REPO, save_tiny_backbone
 
 import focalcse.steps.train as train_step
@@ -20,29 +21,9 @@ from focalcse.core.backbones import backbone_config, unpad_unsupported_config
 from focalcse.data.sts import StsSplit, write_prepared
 from focalcse.layout import TrainItem
 
-WORDS = [
-    "the",
-    "a",
-    "of",
-    "river",
-    "city",
-    "music",
-    "film",
-    "team",
-    "war",
-    "school",
-    "church",
-    "village",
-    "game",
-    "year",
-    "song",
-    "house",
-    "king",
-]
-
 
 def _sentences(rng: random.Random, n: int) -> list[str]:
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 10))) for _ in range(n)]
+    return [_sentence(rng) for _ in range(n)]
 
 
 def _distilbert_backbone(folder: Path) -> Path:
