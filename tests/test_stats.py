@@ -331,8 +331,8 @@ def test_detectable_difference_and_seeds_needed_invert_the_power() -> None:
 
 
 def test_significance_tests_carry_spread_and_detectable_difference() -> None:
-    from focalcse.eval.significance import compare, seeds_for_gains
-    from focalcse.eval.stats import detectable_difference, seeds_needed
+    from focalcse.eval.significance import compare
+    from focalcse.eval.stats import detectable_difference
 
     treat = {1: {"avg": 77.3}, 2: {"avg": 77.0}, 3: {"avg": 77.5}}
     base = {1: {"avg": 76.2}, 2: {"avg": 76.3}, 3: {"avg": 76.4}}
@@ -340,6 +340,5 @@ def test_significance_tests_carry_spread_and_detectable_difference() -> None:
     diffs = [1.1, 0.7, 1.1]
     assert tests["avg"]["sd_diff"] == pytest.approx(np.std(diffs, ddof=1))
     assert tests["avg"]["mdd_80"] == pytest.approx(detectable_difference(np.std(diffs, ddof=1), 3))
-    assert seeds_for_gains(tests["avg"], {"bert-base-uncased": 1.64}, 0.05) == {
-        "bert-base-uncased": {"gain": 1.64, "seeds": seeds_needed(1.64, np.std(diffs, ddof=1))}
-    }
+    _, single = compare({1: {"avg": 1.0}}, {1: {"avg": 0.0}}, ["avg"], 0.05)
+    assert math.isnan(single["avg"]["sd_diff"]) and math.isnan(single["avg"]["mdd_80"])

@@ -19,9 +19,9 @@ sweep, so its document is unchanged). A run's framework is ``meta.framework`` (a
 
 Every test also says how much its seeds can see: ``sd_diff``, the standard deviation of the paired
 differences, and ``mdd_80``, the smallest true difference that many seeds detect at ``alpha`` with 80 %
-power at that spread (:func:`focalcse.eval.stats.detectable_difference`). :func:`seeds_for_gains`
-turns a test's spread into the seeds that published gains would need (the report asks it with the
-Focal-InfoNCE paper's gains, which live in the report layer)."""
+power at that spread (:func:`focalcse.eval.stats.detectable_difference`). The report turns a test's
+spread into the seeds that the paper's published gains would need (:func:`focalcse.eval.stats.seeds_needed`;
+the gains live in the report layer)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from focalcse.eval.stats import POWER, detectable_difference, holm, paired_ttest, seeds_needed, summarize
+from focalcse.eval.stats import POWER, detectable_difference, holm, paired_ttest, summarize
 from focalcse.layout import BASE_FRAMEWORK
 
 Run = Mapping[str, Any]  # one evaluation result: scores plus meta.backbone / loss / seed (/ framework)
@@ -114,17 +114,6 @@ def _test(treatment: list[float], baseline: list[float], alpha: float) -> dict[s
     test["sd_diff"] = summarize(diffs).std if n > 1 else math.nan
     test["mdd_80"] = detectable_difference(test["sd_diff"], n, alpha, POWER)
     return test
-
-
-def seeds_for_gains(
-    test: Mapping[str, Any], gains: Mapping[str, float], alpha: float, power: float = POWER
-) -> dict[str, dict[str, Any]]:
-    """Per backbone of ``gains`` (published mean differences): the gain and the seeds the paired
-    t-test needs to detect it with ``power`` at level ``alpha`` at ``test``'s spread (``sd_diff``)."""
-    return {
-        backbone: {"gain": gain, "seeds": seeds_needed(gain, test["sd_diff"], alpha, power)}
-        for backbone, gain in gains.items()
-    }
 
 
 def backbone_entries(

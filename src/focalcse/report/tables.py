@@ -8,8 +8,7 @@ from functools import partial
 from typing import Any
 
 from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
-from focalcse.eval.significance import seeds_for_gains
-from focalcse.eval.stats import POWER, Span, span
+from focalcse.eval.stats import POWER, Span, seeds_needed, span
 from focalcse.layout import ABLATION_KINDS
 from focalcse.report.data import AblationPoint, ReportData, ablation_default
 from focalcse.report.labels import (
@@ -538,11 +537,7 @@ def power_table(params: Params, data: ReportData) -> Table | None:
                     continue
                 if "mdd_80" not in test:
                     return None
-                needed = {
-                    (lo, b): v["seeds"]
-                    for lo in gains
-                    for b, v in seeds_for_gains(test, gains[lo], alpha).items()
-                }
+                needed = {(lo, b): seeds_needed(g, test["sd_diff"], alpha, POWER) for lo, b, g in columns}
                 rows.append(
                     [
                         f"{framework_label(framework)}, `{backbone}`: {loss_label(loss)} − {loss_label(sig['baseline'])}",
