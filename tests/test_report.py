@@ -627,6 +627,7 @@ HEADINGS = [
     "What produced this report",
     "Departures from the reference recipe",
     "Table 2: STS tasks (Spearman × 100)",
+    "How much the seeds can see",
     "Table 3: alignment, uniformity and STS-B",
     "Tables 4 and 5: τ and m ablations (STS-B test)",
     "Figure 1: how Focal-InfoNCE rescales negatives",

@@ -47,8 +47,10 @@ def brute_holm(p: list[float]) -> list[float]:
 
 
 def without_geometry_holm(doc: dict) -> dict:
-    """``doc`` without what the alignment / uniformity Holm family added: the top-level
-    ``holm_family_geometry`` and those tests' ``p_holm`` / ``significant_holm`` (key order kept)."""
+    """``doc`` without what the alignment / uniformity Holm family added (the top-level
+    ``holm_family_geometry`` and those tests' ``p_holm`` / ``significant_holm``) and without every
+    test's power figures (``sd_diff``, ``mdd_80``), which the frozen pre-framework code has none of
+    (key order kept)."""
     geometry = doc.get("holm_family_geometry", [])
     out = {k: v for k, v in doc.items() if k != "holm_family_geometry"}
 
@@ -61,7 +63,8 @@ def without_geometry_holm(doc: dict) -> dict:
                         k: {
                             x: y
                             for x, y in t.items()
-                            if k not in geometry or x not in ("p_holm", "significant_holm")
+                            if (k not in geometry or x not in ("p_holm", "significant_holm"))
+                            and x not in ("sd_diff", "mdd_80")
                         }
                         for k, t in tests.items()
                     }

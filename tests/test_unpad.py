@@ -8,6 +8,7 @@ uniform draw, and for its distribution.
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -262,7 +263,7 @@ def test_unsupported_backbones_train_padded_with_a_warning() -> None:
         warnings.simplefilter("error")
         assert _use_unpad(supported, TrainConfig(loss="infonce"), None) is True
         assert _use_unpad(supported, TrainConfig(loss="infonce", unpad=False), None) is False
-        assert _use_unpad(supported, TrainConfig(loss="infonce"), object()) is False  # frameworks: padded
+        assert _use_unpad(supported, TrainConfig(loss="infonce"), SimpleNamespace(name="diffcse")) is False
     decoder = _model("bert")
     decoder.config.is_decoder = True
     assert "decoder" in unpad_unsupported(decoder)

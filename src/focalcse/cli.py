@@ -57,6 +57,7 @@ def _config(args: argparse.Namespace) -> int:
     import sys
 
     from focalcse.config import ConfigError, all_frameworks
+    from focalcse.core.backbones import backbone_config
     from focalcse.paramsets import load_any
 
     try:
@@ -86,6 +87,13 @@ def _config(args: argparse.Namespace) -> int:
         )
     # The same dict the train stage logs to MLflow as its params (focalcse.ops.tracking.train_run).
     effective = params.effective_config(args.backbone, args.loss, args.seed, args.framework)
+    if effective["unpad"] and backbone_config(params.backbone_source(args.backbone)) is None:
+        print(
+            f"note: the config.json of backbone {args.backbone!r} cannot be read here (offline and not in the "
+            "Hugging Face cache): unpad shows train.unpad; training pads if its architecture has no "
+            "unpadded forward",
+            file=sys.stderr,
+        )
     print(json.dumps(effective, indent=2))
     return 0
 

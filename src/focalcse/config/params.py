@@ -20,8 +20,9 @@ from focalcse.config.sections import (
     SweepConfig,
     TrackingConfig,
 )
+from focalcse.core.backbones import backbone_config
 from focalcse.core.losses import hyper_params, loss_names, loss_spec
-from focalcse.core.settings import HUB_ID, ITEM_KEYS, TrainConfig, _fail, _with, from_dict
+from focalcse.core.settings import HUB_ID, ITEM_KEYS, TrainConfig, _fail, _with, from_dict, recorded_train
 from focalcse.errors import ConfigError
 from focalcse.layout import BASE_FRAMEWORK
 
@@ -94,10 +95,15 @@ class Params:
         self, backbone: str, loss: str, seed: int | None = None, framework: str = BASE_FRAMEWORK
     ) -> dict[str, Any]:
         """The dict ``focalcse config`` prints and MLflow logs: the effective train config of the item
-        (seed: the first sweep seed unless given); for a framework other than SimCSE its own settings
-        under ``framework`` (SimCSE's dict is the train config alone, as before frameworks existed)."""
+        (seed: the first sweep seed unless given) as the trainer runs it (:func:`recorded_train`: the
+        forward it takes, ``unpad``, decided on the backbone's ``config.json`` where it can be read, and
+        the framework's own name for its sentence vector, ``pooler``); for a framework other than SimCSE
+        its own settings under ``framework`` (SimCSE's dict is the train config alone, as before
+        frameworks existed)."""
         seed = self.sweep.seeds[0] if seed is None else seed
-        out = self.train_config(backbone, loss, seed, framework).to_dict()
+        cfg = self.train_config(backbone, loss, seed, framework)
+        model_config = backbone_config(self.backbone_source(backbone))
+        out = recorded_train(cfg, framework, model_config, self.frameworks.settings(framework))
         if framework != BASE_FRAMEWORK:
             out["framework"] = self.framework_settings(framework)
         return out

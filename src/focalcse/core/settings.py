@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar, get_type_hints
 
-from focalcse.core.backbones import POOLERS
+from focalcse.core.backbones import POOLERS, unpad_unsupported_config
 from focalcse.core.losses import hyper_declarations, hyper_params, loss_names, resolve_hyper
 from focalcse.errors import ConfigError
+from focalcse.layout import BASE_FRAMEWORK
 
 TRAIN_PRECISIONS = ("fp32", "bf16")  # training: fp16 without loss scaling underflows, so it is refused
 
@@ -65,7 +66,8 @@ class TrainConfig:
     checkpoint_steps: int = 0  # resumable checkpoint every N steps; 0 = at every dev evaluation
     device: str = "cpu"
     # SimCSE items: run the encoder's dense layers on the real tokens only (focalcse.core.unpad);
-    # false = the padded transformers forward. Frameworks always train padded.
+    # false = the padded transformers forward. Frameworks always train padded (padded_reason decides;
+    # the recorded config then says false).
     unpad: bool = True
 
     def __post_init__(self) -> None:
@@ -283,6 +285,40 @@ def training_steps(cfg: TrainConfig, n: int, where: str = "") -> int:
     if available == 0:
         raise ConfigError(f"no training batch: {n} sentences with batch_size {cfg.batch_size}{item}")
     return cfg.max_steps or available
+
+
+def padded_reason(cfg: TrainConfig, framework: str, model_config: Mapping[str, Any] | None) -> str | None:
+    """Why an item's train-mode forwards run padded, or None when they skip the padding
+    (:mod:`focalcse.core.unpad`): the one decision that the trainer
+    (:func:`focalcse.core.training._use_unpad`) takes and that the recorded config
+    (:func:`recorded_train`: ``focalcse config``, MLflow, ``*.meta.json``) reports.
+
+    Padded: ``train.unpad`` false; every framework other than SimCSE (DiffCSE's replaced-token loss
+    averages over padding positions, PromptBERT reads its [MASK] positions); a backbone the unpadded
+    forward does not cover (:func:`focalcse.core.backbones.unpad_unsupported_config`). ``model_config``:
+    the backbone's config as a dict; None (it could not be read) decides by the first two alone."""
+    if not cfg.unpad:
+        return "train.unpad is false"
+    if framework != BASE_FRAMEWORK:
+        return f"framework {framework} trains padded"
+    if model_config is None:
+        return None
+    return unpad_unsupported_config(model_config)
+
+
+def recorded_train(
+    cfg: TrainConfig, framework: str, model_config: Mapping[str, Any] | None, settings: Any = None
+) -> dict[str, Any]:
+    """``cfg.to_dict()`` as the item runs it: ``unpad`` is the forward the trainer takes
+    (:func:`padded_reason`) and ``pooler`` the sentence vector the framework reads, where its settings
+    name it (``settings.recorded_pooler(pooler)``, e.g. PromptBERT's template mask token). Keys keep
+    their order, so an item that runs as configured records exactly ``cfg.to_dict()``."""
+    out = cfg.to_dict()
+    out["unpad"] = padded_reason(cfg, framework, model_config) is None
+    recorded_pooler = getattr(settings, "recorded_pooler", None)
+    if recorded_pooler is not None:
+        out["pooler"] = recorded_pooler(cfg.pooler)
+    return out
 
 
 def _check_hyper(section: str, loss: str, key: str, value: Any) -> None:

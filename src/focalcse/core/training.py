@@ -36,8 +36,9 @@ from focalcse.core.encode import autocast_context, pad_batch
 from focalcse.core.gradcache import two_view_loss
 from focalcse.core.losses import build_loss
 from focalcse.core.model import SentenceEncoder
-from focalcse.core.settings import TrainConfig, training_steps
+from focalcse.core.settings import TrainConfig, padded_reason, training_steps
 from focalcse.errors import NonFiniteLossError  # re-exported: importers find it here
+from focalcse.layout import BASE_FRAMEWORK
 
 
 class FrameworkStep(Protocol):
@@ -312,20 +313,16 @@ def _setup(
 
 
 def _use_unpad(encoder: SentenceEncoder, cfg: TrainConfig, framework: FrameworkStep | None) -> bool:
-    """Whether this run's train-mode forwards skip the padding (``train.unpad``): SimCSE items on a
-    backbone :func:`focalcse.core.unpad.unpad_unsupported` accepts. Frameworks train padded: DiffCSE's
-    replaced-token loss averages over padding positions and PromptBERT reads its [MASK] positions."""
-    if not cfg.unpad or framework is not None:
-        return False
-    from focalcse.core.unpad import unpad_unsupported
-
-    reason = unpad_unsupported(encoder.backbone)
-    if reason is not None:
+    """Whether this run's train-mode forwards skip the padding (``train.unpad``), as
+    :func:`focalcse.core.settings.padded_reason` decides it (the recorded config asks the same): SimCSE
+    items on a backbone the unpadded forward covers. Frameworks train padded."""
+    name = BASE_FRAMEWORK if framework is None else framework.name
+    reason = padded_reason(cfg, name, encoder.backbone.config.to_dict())
+    if reason is not None and cfg.unpad and framework is None:
         warnings.warn(
             f"train.unpad: training padded, the unpadded forward does not cover {reason}", stacklevel=3
         )
-        return False
-    return True
+    return reason is None
 
 
 def _step(

@@ -34,24 +34,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-UNPAD_MODEL_TYPES = ("bert", "roberta")
+from focalcse.core.backbones import unpad_unsupported_config
 
 
 def unpad_unsupported(backbone: nn.Module) -> str | None:
-    """None if :func:`packed_hidden` can run ``backbone``; otherwise why not (for the warning)."""
+    """None if :func:`packed_hidden` can run ``backbone``; otherwise why not. The config's part is
+    :func:`focalcse.core.backbones.unpad_unsupported_config` (what the trainer decides by)."""
     config = getattr(backbone, "config", None)
-    model_type = getattr(config, "model_type", None)
-    if model_type not in UNPAD_MODEL_TYPES:
-        return f"model_type {model_type!r} (the unpadded forward covers {', '.join(UNPAD_MODEL_TYPES)})"
-    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-        return "a decoder / cross-attention configuration"
-    if getattr(config, "chunk_size_feed_forward", 0):
-        return f"chunk_size_feed_forward={config.chunk_size_feed_forward}"
-    if getattr(config, "position_embedding_type", "absolute") != "absolute":
-        return f"position_embedding_type={config.position_embedding_type!r}"
-    if not hasattr(backbone, "embeddings") or not hasattr(backbone, "encoder"):
+    reason = unpad_unsupported_config(config.to_dict() if config is not None else {})
+    if reason is None and (not hasattr(backbone, "embeddings") or not hasattr(backbone, "encoder")):
         return f"{type(backbone).__name__} has no embeddings/encoder modules"
-    return None
+    return reason
 
 
 # The packed token count is rounded up to a multiple of this by taking in a few padding tokens

@@ -15,14 +15,21 @@ STS family and its adjusted p-values are exactly what they were before the geome
 SimCSE's results sit at the top level (``backbones``), exactly as before frameworks existed; every
 other framework's under ``frameworks.<framework>.backbones`` (the key is absent for a SimCSE-only
 sweep, so its document is unchanged). A run's framework is ``meta.framework`` (a name, or a dict with
-``name``), SimCSE when absent."""
+``name``), SimCSE when absent.
+
+Every test also says how much its seeds can see: ``sd_diff``, the standard deviation of the paired
+differences, and ``mdd_80``, the smallest true difference that many seeds detect at ``alpha`` with 80 %
+power at that spread (:func:`focalcse.eval.stats.detectable_difference`). The report turns a test's
+spread into the seeds that the paper's published gains would need (:func:`focalcse.eval.stats.seeds_needed`;
+the gains live in the report layer)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from focalcse.eval.stats import holm, paired_ttest, summarize
+from focalcse.eval.stats import POWER, detectable_difference, holm, paired_ttest, summarize
 from focalcse.layout import BASE_FRAMEWORK
 
 Run = Mapping[str, Any]  # one evaluation result: scores plus meta.backbone / loss / seed (/ framework)
@@ -94,10 +101,19 @@ def compare(
     """Paired t-test ``treatment - baseline`` per key over the seeds both have."""
     paired = sorted(set(treatment) & set(baseline))
     tests = {
-        k: paired_ttest([treatment[s][k] for s in paired], [baseline[s][k] for s in paired], alpha).to_dict()
-        for k in keys
+        k: _test([treatment[s][k] for s in paired], [baseline[s][k] for s in paired], alpha) for k in keys
     }
     return paired, tests
+
+
+def _test(treatment: list[float], baseline: list[float], alpha: float) -> dict[str, Any]:
+    """One key's paired t-test, with the spread of its differences and the difference its seeds detect."""
+    test = paired_ttest(treatment, baseline, alpha).to_dict()
+    n = len(treatment)
+    diffs = [a - b for a, b in zip(treatment, baseline, strict=True)]
+    test["sd_diff"] = summarize(diffs).std if n > 1 else math.nan
+    test["mdd_80"] = detectable_difference(test["sd_diff"], n, alpha, POWER)
+    return test
 
 
 def backbone_entries(

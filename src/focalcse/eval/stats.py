@@ -1,5 +1,6 @@
 """Statistics over seeds: pure functions on arrays (scipy underneath), no I/O: summaries, the paired
-t-test, the Holm–Bonferroni adjustment of a family of p-values, and value ranges."""
+t-test and its power (the smallest difference n seeds detect, the seeds a difference needs), the
+Holm–Bonferroni adjustment of a family of p-values, and value ranges."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy import integrate, optimize
 from scipy import stats as sps
+
+POWER = 0.8  # the conventional target power of the detectable-difference and seeds-needed figures
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,70 @@ def paired_ttest(treatment: Sequence[float], baseline: Sequence[float], alpha: f
     return PairedTest(
         float(res.statistic), p, mean_diff, float(ci.low), float(ci.high), n, alpha, bool(p < alpha)
     )
+
+
+def paired_power(effect: float, n: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t-test (``ttest_rel``) at level ``alpha`` with ``n`` pairs whose
+    true mean difference is ``effect`` paired standard deviations (Cohen's d_z).
+
+    The statistic T = mean(d) / (sd(d) / sqrt(n)) follows a noncentral t with n - 1 degrees of
+    freedom and noncentrality ``effect`` * sqrt(n) when the differences are normal, so
+    power = P(T > t_crit) + P(T < -t_crit), t_crit = t_{1 - alpha/2, n - 1}. NaN for n < 2.
+    """
+    if n < 2 or not math.isfinite(effect):
+        return math.nan
+    df, nc = n - 1, abs(effect) * math.sqrt(n)
+    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    value = float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
+    if math.isfinite(value):
+        return value
+
+    # scipy's nct gives NaN far in its tail (e.g. df = 1, nc > ~8): the same probability as the
+    # integral over S = sqrt(V / df), V ~ chi2(df), of P(|Z + nc| > crit * S), Z standard normal
+    def given(v: float) -> float:
+        s = math.sqrt(v / df)
+        return float(sps.norm.sf(crit * s - nc) + sps.norm.cdf(-crit * s - nc)) * float(sps.chi2.pdf(v, df))
+
+    return float(min(1.0, integrate.quad(given, 0, math.inf, limit=200)[0]))
+
+
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = POWER) -> float:
+    """The smallest true mean difference that the paired t-test over ``n`` pairs detects with
+    probability ``power`` at level ``alpha`` when the paired differences have standard deviation
+    ``sd``: d* x sd, where d* solves :func:`paired_power` (d*, n, alpha) = power (root finding).
+    0 when sd is 0; NaN for n < 2 or a non-finite sd."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    high = 1.0
+    while paired_power(high, n, alpha) < power:  # bracket the root; power rises with the effect
+        high *= 2
+    effect = optimize.brentq(lambda d: paired_power(d, n, alpha) - power, 0.0, high, xtol=1e-12)
+    return float(effect * sd)
+
+
+def seeds_needed(
+    difference: float, sd: float, alpha: float = 0.05, power: float = POWER, max_n: int = 1_000_000
+) -> int | None:
+    """The fewest pairs (seeds) with which the paired t-test detects a true mean difference
+    ``difference`` with probability ``power`` at level ``alpha`` when the paired differences have
+    standard deviation ``sd`` (:func:`paired_power` >= power). 2 when sd is 0 and the difference is
+    not; None for a zero difference, a non-finite input, or more than ``max_n``."""
+    if not (math.isfinite(difference) and math.isfinite(sd)) or difference == 0:
+        return None
+    if sd == 0:
+        return 2
+    effect = abs(difference) / sd
+    if paired_power(effect, max_n, alpha) < power:
+        return None
+    low, high = 1, 2  # power(low) < power <= power(high), power rising with n
+    while paired_power(effect, high, alpha) < power:
+        low, high = high, min(2 * high, max_n)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if paired_power(effect, mid, alpha) >= power else (mid, high)
+    return high
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:

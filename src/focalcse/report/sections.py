@@ -53,6 +53,7 @@ from focalcse.report.tables import (
     framework_has_runs,
     framework_published_reference,
     hard_negatives_table,
+    power_table,
     promptbert_table,
     published_gain_note,
     published_label,
@@ -147,6 +148,16 @@ def framework_sts_tables(ctx: Context) -> None:
     reference = framework_published_reference(params, data)
     if reference is not None:
         ctx.doc.table(reference)
+
+
+def power(ctx: Context) -> None:
+    """What the seeds can detect: per comparison, the smallest difference found with 80 % power at
+    the observed spread, and the seeds the published gains would need."""
+    table = power_table(ctx.params, ctx.data)
+    if table is None:
+        return
+    ctx.doc.h2("How much the seeds can see")
+    ctx.doc.table(table)
 
 
 def published_reference(params: Params, data: ReportData) -> Table | None:
@@ -399,6 +410,7 @@ SECTIONS: list[Section] = [
     departures,
     frameworks,
     sts_tables,
+    power,
     alignment_uniformity,
     promptbert,
     ablations,

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
-from focalcse.eval.stats import Span, span
+from focalcse.eval.stats import POWER, Span, seeds_needed, span
 from focalcse.layout import ABLATION_KINDS
 from focalcse.report.data import AblationPoint, ReportData, ablation_default
 from focalcse.report.labels import (
@@ -22,6 +22,7 @@ from focalcse.report.labels import (
 from focalcse.report.published import (
     PUBLISHED_FRAMEWORKS,
     PublishedRow,
+    published_gains,
     published_rows,
 )
 from focalcse.report.render import (
@@ -513,3 +514,60 @@ def holm_family_text(sig: dict[str, Any], key: str) -> str | None:
     if key in geometry:
         return f"the {len(geometry)}-test {'/'.join(geometry)} family"
     return None
+
+
+def power_table(params: Params, data: ReportData) -> Table | None:
+    """How much the seeds can see, per comparison (framework × backbone × loss against the baseline):
+    the paired t-test's seeds, the observed difference of ``avg`` and its paired standard deviation,
+    the smallest true difference those seeds detect at α with 80 % power (``mdd_80``), and the seeds
+    each published Focal-InfoNCE gain would need at that spread (:func:`published_gains`). None when
+    ``significance.json`` predates ``mdd_80``."""
+    gains = published_gains()
+    columns = [(loss, b, g) for loss, per in gains.items() for b, g in per.items()]
+    rows = []
+    for framework in params.sweep.all_frameworks:
+        sig = data.significance_of(framework)
+        if sig is None:
+            continue
+        alpha = sig["alpha"]
+        for backbone, entry in sig["backbones"].items():
+            for loss, tests in entry["ttest"].items():
+                test = tests.get("avg")
+                if test is None:
+                    continue
+                if "mdd_80" not in test:
+                    return None
+                needed = {(lo, b): seeds_needed(g, test["sd_diff"], alpha, POWER) for lo, b, g in columns}
+                rows.append(
+                    [
+                        f"{framework_label(framework)}, `{backbone}`: {loss_label(loss)} − {loss_label(sig['baseline'])}",
+                        str(test["n"]),
+                        fmt_diff(test),
+                        fmt(test["sd_diff"]),
+                        fmt(test["mdd_80"]),
+                        *[
+                            str(needed[(lo, b)]) if lo == loss and needed[(lo, b)] is not None else MISSING
+                            for lo, b, _ in columns
+                        ],
+                    ]
+                )
+    if not rows:
+        return None
+    return Table(
+        "How much the seeds can see (STS avg, paired t-test)",
+        [
+            "comparison",
+            "seeds",
+            "Δ avg",
+            "sd of paired Δ",
+            f"smallest Δ detected ({POWER:.0%} power)",
+            *[f"seeds for {b}'s published +{g:.2f}" for _, b, g in columns],
+        ],
+        rows,
+        f"The smallest true difference of the average that the two-sided paired t-test over these seeds "
+        f"detects at α = {alpha:g} with {POWER:.0%} power, given the observed standard deviation of the "
+        "per-seed differences (noncentral t), and the seeds the paper's published gains over its own SimCSE "
+        "baseline would need at that spread (– where the loss is not the published one). The same "
+        "figures for every task are `mdd_80` and `sd_diff` in metrics/significance.json.",
+        text_columns=(0,),
+    )

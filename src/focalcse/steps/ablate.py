@@ -68,7 +68,7 @@ def run(params: Params, layout: Layout, kind: str, value: str, progress: bool = 
         "meta": provenance(
             backbone=backbone,
             backbone_source=params.backbone_source(backbone),
-            train_config=cfg.to_dict(),
+            train_config=train["meta"]["train_config"],
             corpus=train["meta"]["corpus"],
             sts_dir=str(layout.sts_dir),
             model="deleted after scoring (ablation items keep metrics only)",

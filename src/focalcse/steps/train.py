@@ -13,6 +13,7 @@ from focalcse.core.batching import tokenize_corpus
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.frameworks import framework_module
 from focalcse.core.model import SentenceEncoder
+from focalcse.core.settings import recorded_train
 from focalcse.core.training import MetricsCallback, train
 from focalcse.eval.sts_eval import stsb_dev_evaluator
 from focalcse.layout import Layout, TrainItem
@@ -107,7 +108,10 @@ def train_item(
         "peak_memory_mb": result.peak_memory_mb,
         "meta": provenance(
             **identity,
-            train_config=cfg.to_dict(),
+            # what ran: the forward the loop took and the framework's sentence vector, as MLflow logs it
+            train_config=recorded_train(
+                cfg, framework, encoder.backbone.config.to_dict(), params.frameworks.settings(framework)
+            ),
             corpus={
                 "file": str(item.corpus_file),
                 "sha256": sha256_file(item.corpus_file),

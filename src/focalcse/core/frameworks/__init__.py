@@ -24,7 +24,9 @@ environment variable) that defines
 
 The settings class (a frozen dataclass, torch-free) is the framework's ``frameworks.<name>`` params
 section: optional ``train`` / ``backbones`` train-key layers, an optional ``from_mapping(section, data)``
-for nested blocks, an optional ``refusal(train_config)`` the check stage asks before any training, and
+for nested blocks, an optional ``refusal(train_config)`` the check stage asks before any training, an
+optional ``recorded_pooler(pooler)`` naming the sentence vector ``train.pooler`` gives it in the recorded
+config (:func:`focalcse.core.settings.recorded_train`; PromptBERT: the template's mask token), and
 ``generator`` / ``pretrain`` when the framework needs a generator. Only that framework's items depend on
 its module and its settings module (both imported by computed name), so changing one framework reruns
 no other framework's items and no SimCSE item.

@@ -11,6 +11,10 @@ from typing import Any
 from focalcse.core.settings import TrainConfig, _check_train_layers, _fail
 
 PROMPTBERT_TEMPLATES = ("auto", "bert", "roberta")
+# train.pooler -> the sentence vector PromptBERT reads: the template's mask token ("mask", the official
+# "mask_embedding_sentence"), with SimCSE's MLP for cls and without it for cls_before_pooler, named as
+# SimCSE's cls / cls_before_pooler are (avg is refused, :meth:`PromptBERTConfig.refusal`)
+MASK_POOLERS = {"cls": "mask", "cls_before_pooler": "mask_before_pooler"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,11 @@ class PromptBERTConfig:
                 f"one of {', '.join(PROMPTBERT_TEMPLATES)}",
             )
         _check_train_layers("frameworks.promptbert", self.train, self.backbones)
+
+    def recorded_pooler(self, pooler: str) -> str:
+        """The name the recorded config gives ``train.pooler``'s sentence vector
+        (:func:`focalcse.core.settings.recorded_train`): the template's mask token, not [CLS]."""
+        return MASK_POOLERS.get(pooler, pooler)
 
     def refusal(self, cfg: TrainConfig) -> tuple[str, Any, str] | None:
         """``(train key, value, what is expected)`` that this framework refuses of an item's train
