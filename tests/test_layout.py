@@ -67,14 +67,15 @@ def test_train_items_declare_what_the_train_step_writes() -> None:
 
 
 def test_every_data_dep_is_another_items_output() -> None:
-    """Each data dep is an item's output, or a folder holding items' outputs (``metrics/eval``), and
-    every stage but ``check`` depends on the check file first."""
+    """Each data dep is an item's output, a folder holding items' outputs (``metrics/eval``) or a file
+    inside an item's output folder (a train item's STS-B dev split in ``data/sts``), and every stage
+    but ``check`` depends on the check file first."""
     outputs = {(it.name, p) for it in ITEMS for p in it.outputs}
     for it in ITEMS:
         if it.stage != "check":
             assert it.deps[0].path == str(L.check_file), it.name
         for dep in (Path(e.path) for e in it.deps):
-            makers = {n for n, p in outputs if p == dep or dep in p.parents}
+            makers = {n for n, p in outputs if p == dep or dep in p.parents or p in dep.parents}
             assert makers - {it.name}, f"{it.name}: no item writes its dep {dep}"
 
 
@@ -112,3 +113,14 @@ def test_layout_names_a_run_like_dvc_yaml() -> None:
 def test_command_script_exists(name: str) -> None:
     script = stage_template(name).cmd.split()[1]
     assert stage_template(name).cmd.startswith("python stages/") and (ROOT / script).is_file(), script
+
+
+def test_train_items_read_only_the_dev_split_of_the_sts_data() -> None:
+    """A train item's dev check reads the manifest and STS-B dev, so an edit to a test split reruns
+    evaluation, not training; the items that score the test splits depend on the whole folder."""
+    for it in ITEMS:
+        sts = {e.path for e in it.deps if e.path.startswith(str(L.sts_dir))}
+        if it.stage in ("train", "train_framework"):
+            assert sts == {str(L.sts_manifest), str(L.sts_split("STSBenchmark-dev"))}, it.name
+        elif it.stage in ("evaluate", "evaluate_framework"):
+            assert sts == {str(L.sts_dir)}, it.name

@@ -49,6 +49,10 @@ def safe_name(backbone: str) -> str:
 # (``sweep.frameworks``). SimCSE's paths, names and commands carry no framework, so adding a framework
 # to a sweep leaves every SimCSE item exactly as it was (DVC restores it instead of retraining).
 BASE_FRAMEWORK = "simcse"
+# in data/sts: every prepared split with its counts (focalcse.data.sts.write_prepared)
+STS_MANIFEST = "manifest.json"
+# the split a train item's dev check scores (focalcse.eval.sts_eval.stsb_dev_evaluator): its only STS input
+DEV_SPLIT = "STSBenchmark-dev"
 # in each pretrain_generator item's folder: how its MLM was trained, or why none was
 GENERATOR_RECORD = "generator.json"
 FRAMEWORK_STAGES = {"train": "train_framework", "evaluate": "evaluate_framework"}
@@ -123,6 +127,14 @@ class Layout:
     @property
     def sts_dir(self) -> Path:
         return self.root / "data" / "sts"
+
+    @property
+    def sts_manifest(self) -> Path:
+        return self.sts_dir / STS_MANIFEST
+
+    def sts_split(self, key: str) -> Path:
+        """One prepared split's file (``key`` e.g. ``STS12`` or :data:`DEV_SPLIT`)."""
+        return self.sts_dir / f"{key}.tsv"
 
     # ---------------------------------------------------------------- models
     @property

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.config import Params
-from focalcse.layout import ABLATION_KINDS, BASE_FRAMEWORK, Layout, companion_file
+from focalcse.layout import ABLATION_KINDS, BASE_FRAMEWORK, DEV_SPLIT, Layout, companion_file
 
 Values = Mapping[str, Any]  # an item's values: the matrix axes plus FIRST_SEED
 
@@ -135,7 +135,13 @@ def _train_plots(L: Layout, v: Values) -> list[Entry]:
 
 
 def _train_deps(L: Layout, v: Values) -> list[Entry]:
-    deps = [line(L.corpus_file), line(L.sts_dir)]
+    deps = [
+        line(L.corpus_file),
+        line(L.sts_manifest, "the prepared splits' counts (read before any split)"),
+        line(
+            L.sts_split(DEV_SPLIT), "the one split it reads: an edit to a test split reruns only evaluation"
+        ),
+    ]
     if "framework" in v:
         generator = L.generator_dir(v["framework"], v["backbone"])
         deps.append(line(generator, "its own framework's generator item"))

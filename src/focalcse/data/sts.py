@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from focalcse.errors import StsDataError  # re-exported: importers find it here
+from focalcse.layout import STS_MANIFEST
 
 STSB_COUNTS = {"train": 5749, "dev": 1500, "test": 1379}
 SICK_COUNTS = {"train": 4500, "trial": 500, "test": 4927}
@@ -157,7 +158,7 @@ def read_sick(root: str | os.PathLike, split: str = "test", check_counts: bool =
 # ---------------------------------------------------------------- normalised files
 # The prepare_sts stage writes one TSV per task/split: subset \t score \t sentence1 \t sentence2,
 # plus manifest.json with the counts. Readers of a prepared folder need no SentEval parsing.
-MANIFEST = "manifest.json"
+MANIFEST = STS_MANIFEST
 
 
 def write_prepared(splits: Iterable[tuple[str, StsSplit]], out_dir: str | os.PathLike, source: str) -> dict:

@@ -28,6 +28,7 @@ from focalcse.core.encode import encode, encode_token_ids, tokenize_unique
 from focalcse.core.model import eval_max_length
 from focalcse.data.sts import StsSplit
 from focalcse.data.tasks import PAPER_TASKS, TASKS, average_tasks, load_split
+from focalcse.layout import DEV_SPLIT
 
 ALIGN_THRESHOLD = 4.0  # STS-B pairs with gold > 4 are the positive pairs for alignment
 ALIGN_SPLIT = "STSBenchmark-dev"  # the split alignment and uniformity are computed on (SimCSE's analysis)
@@ -136,7 +137,7 @@ def stsb_dev_evaluator(
     data_dir: str, batch_size: int = 128, precision: str = "fp32"
 ) -> Callable[[torch.nn.Module], float]:
     """A callable returning STS-B **dev** Spearman x 100 of an encoder (SimCSE's model selection)."""
-    split = load_split(data_dir, "STSBenchmark-dev")
+    split = load_split(data_dir, DEV_SPLIT)
     s1, s2, gold = next(iter(split.subsets.values()))
     unique = list(dict.fromkeys(s1 + s2))
     index = {s: i for i, s in enumerate(unique)}

@@ -28,6 +28,7 @@ from typing import Any
 
 from focalcse.atomic import sha256_file, write_json
 from focalcse.config import BASE_FRAMEWORK, ConfigError, Params, TrainConfig, training_steps
+from focalcse.core.backbones import DEFAULT_BACKBONE, locate_backbone
 from focalcse.core.frameworks import framework_spec
 from focalcse.core.losses import loss_spec
 from focalcse.data.corpus import check_sample_size, read_sentences
@@ -58,6 +59,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     reruns nothing. Raises :class:`ConfigError` or the data layer's one-line errors; writes
     :data:`CHECKED` on success."""
     check_params(params)
+    backbones = check_backbones(params)
     mirror = params.data.mirror or None
     corpus = corpus_path(mirror)  # downloads once without a mirror; one line when that fails
     root = senteval_dir(mirror)
@@ -93,7 +95,23 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         "sts_pairs": sts_fp["pairs"],
         "parsed": parsed,
         "removed": [str(p) for p in removed],
+        "backbones": backbones,
     }
+
+
+def check_backbones(params: Params) -> dict[str, str]:
+    """Where each backbone the sweep trains (its own and the frameworks') would load from
+    (:func:`focalcse.core.backbones.locate_backbone`), asked before anything is pruned, so a misspelt
+    name stops the check with one line (naming the nearest known names) and removes nothing."""
+    sw = params.sweep
+    names = dict.fromkeys([*sw.backbones, *(sw.framework_backbones if sw.frameworks else [])])
+    known = [DEFAULT_BACKBONE, *params.backbone_overrides]
+    out = {}
+    for name in names:
+        source = params.backbone_source(name)
+        where = f"params backbone_overrides.{name}.source" if source != name else "params sweep backbone"
+        out[name] = locate_backbone(source, known, where)
+    return out
 
 
 SOURCE_NOTE = (
@@ -289,5 +307,9 @@ def prune_stale(params: Params, layout: Layout) -> list[Path]:
         names = ", ".join(str(p) for p in stale[:6]) + (
             f" and {len(stale) - 6} more" if len(stale) > 6 else ""
         )
-        print(f"check: removed {len(stale)} output(s) of items no longer in the sweep: {names}")
+        print(
+            f"check: removed {len(stale)} output(s) of items no longer in the sweep: {names} (every check "
+            "passed first; `git checkout -- metrics` brings committed metrics back, `dvc checkout` the "
+            "models DVC has cached)"
+        )
     return stale
