@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 from test_training import _sentence
-from tiny_project import REPO, save_tiny_backbone
+from focalcse.testing.project import REPO, save_tiny_backbone
 
 import focalcse.steps.train as train_step
 from focalcse.config import load_params
