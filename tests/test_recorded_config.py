@@ -13,13 +13,13 @@ import pytest
 import torch
 import yaml
 from test_training import _sentence
-from focalcse.testing.project import REPO, save_tiny_backbone
 
 import focalcse.steps.train as train_step
 from focalcse.config import load_params
 from focalcse.core.backbones import backbone_config, unpad_unsupported_config
 from focalcse.data.sts import StsSplit, write_prepared
 from focalcse.layout import TrainItem
+from focalcse.testing.project import REPO, save_tiny_backbone
 
 
 def _sentences(rng: random.Random, n: int) -> list[str]:
