@@ -80,10 +80,10 @@ def expected_closure(name: str, values: dict[str, str]) -> set[str]:
 
 def _is_per_item(path: str) -> bool:
     """A loss, framework or framework-settings module: listed for its own items only."""
-    folders = (LOSSES_DIR, FRAMEWORKS_DIR, SETTINGS_DIR)
-    return any(path.rpartition("/")[0] == f for f in folders) and not path.endswith(
-        ("__init__.py", "base.py")
-    )
+    parent = path.rpartition("/")[0]
+    if parent in (LOSSES_DIR, FRAMEWORKS_DIR, SETTINGS_DIR):
+        return not path.endswith(("__init__.py", "base.py"))
+    return parent.startswith(f"{FRAMEWORKS_DIR}/") and parent != SETTINGS_DIR  # a framework package's
 
 
 # ---------------------------------------------------------------- the file is the rendering
@@ -232,7 +232,10 @@ def test_observers_are_no_deps_except_where_they_are_the_output() -> None:
 def test_dep_checks_can_fail() -> None:
     assert _covered("src/focalcse/data/sts.py", ["src/focalcse/data"])
     assert not _covered("src/focalcse/data/sts.py", ["src/focalcse/dat", "src/focalcse/data/sts"])
-    assert _is_per_item(f"{FRAMEWORKS_DIR}/diffcse.py") and not _is_per_item(f"{LOSSES_DIR}/base.py")
+    assert _is_per_item(f"{FRAMEWORKS_DIR}/diffcse/__init__.py") and _is_per_item(
+        f"{FRAMEWORKS_DIR}/diffcse.py"
+    )
+    assert not _is_per_item(f"{LOSSES_DIR}/base.py") and not _is_per_item(f"{FRAMEWORKS_DIR}/__init__.py")
 
 
 # ---------------------------------------------------------------- a framework as a package folder

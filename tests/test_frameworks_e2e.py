@@ -129,7 +129,7 @@ def test_a_diffcse_change_reruns_only_diffcse_items(fw_project, tmp_path) -> Non
         )
     )
     assert "new_setting" in settings.read_text()
-    module = project / "src/focalcse/core/frameworks/diffcse.py"
+    module = project / "src/focalcse/core/frameworks/diffcse/__init__.py"
     module.write_text(module.read_text() + "\n# an edit-cost probe\n")
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["frameworks"]["diffcse"]["new_setting"] = 2.0

@@ -204,6 +204,7 @@ def test_a_three_framework_report_has_table3_promptbert_rows_every_table2_and_th
         "Departures from the reference recipe",
         "Frameworks besides SimCSE: PromptBERT and DiffCSE",
         "Table 2: STS tasks (Spearman × 100)",
+        "How much the seeds can see",
         "Table 3: alignment, uniformity and STS-B",
         "PromptBERT with Focal-InfoNCE (§5.3)",
         "Tables 4 and 5: τ and m ablations (STS-B test)",
