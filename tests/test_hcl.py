@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -148,3 +149,44 @@ def test_registry_spec_and_validation() -> None:
         HCL(0.05, tau_plus=1.0)
     with pytest.raises(ValueError, match="beta"):
         HCL(0.05, beta=-1.0)
+
+
+def test_the_report_states_hcls_departures_with_the_items_values(tmp_path) -> None:
+    """The hcl set's report lists what HCL does differently from joshr17/HCL, with the values the
+    items train with (an edited beta shows in the sentence), and a set without HCL lists none."""
+    import yaml
+
+    from focalcse.config import load_params
+    from focalcse.paramsets import compose_set
+    from focalcse.report.recipe import recipe
+
+    repo = Path(__file__).resolve().parents[1]
+    lines = [d for d in recipe(load_params(repo / "params.yaml")).departures if "joshr17/HCL" in d]
+    assert lines == []
+    raw = compose_set(repo, "hcl")
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    (line,) = [d for d in recipe(load_params(path)).departures if "joshr17/HCL" in d]
+    assert line.startswith("HCL (Robinson et al.) against joshr17/HCL @7b4647f")
+    assert "N - 1 per row" in line and "2N - 2" in line
+    assert "beta = 0.1 at tau = 0.05" in line and "tau+ = 0.1" in line and "clamp" in line
+    raw["loss_overrides"] = {**(raw.get("loss_overrides") or {}), "hcl": {"beta": 0.25}}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    (line,) = [d for d in recipe(load_params(path)).departures if "joshr17/HCL" in d]
+    assert "beta = 0.25 at tau = 0.05" in line
+
+
+def test_a_loss_spec_with_departures_must_name_its_reference(tmp_path) -> None:
+    from focalcse.core.losses import LossRegistryError, read_spec
+
+    base = '"name": "x", "class": "X", "label": "X", "color": "#000000"'
+    bad = tmp_path / "x.py"
+    bad.write_text(f'SPEC = {{{base}, "departures": ["one"]}}\n')
+    with pytest.raises(LossRegistryError, match="needs the 'reference'"):
+        read_spec(bad, "x")
+    bad.write_text(f'SPEC = {{{base}, "departure": ["one"]}}\n')
+    with pytest.raises(LossRegistryError, match="unknown key"):
+        read_spec(bad, "x")
+    bad.write_text(f'SPEC = {{{base}, "reference": "r", "departures": "one"}}\n')
+    with pytest.raises(LossRegistryError, match="list of sentences"):
+        read_spec(bad, "x")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from focalcse.config import Params, TrainConfig
+from focalcse.core.losses import loss_spec
 from focalcse.report.labels import framework_label, loss_label
 from focalcse.report.published import backbone_key, published_backbones
 
@@ -27,41 +28,6 @@ PAPER_BATCH_LR = {
 }
 RECIPE_OF_OTHERS = "bert-base-uncased"  # a backbone outside the paper is compared with BERT-base's recipe
 # what is known about a backbone outside the paper (by name without org prefix)
-# Each framework's official unsupervised script, per backbone family: what its items are checked against.
-# Sources (docs/frameworks.md cites each line): kongds/Prompt-BERT run.sh @690ba6e (unsup-bert 91-108,
-# unsup-roberta 73-90, shared arguments 155-166; test scoring eval_only.sh 21-35 / evaluation.py
-# 145-146, 297-302), voidism/DiffCSE run_diffcse.sh @f724b2c (bert-base; lines 3-30).
-OFFICIAL_FRAMEWORK_RECIPES: dict[str, dict[str, Any]] = {
-    "promptbert": {
-        "source": "kongds/Prompt-BERT run.sh (unsup-bert / unsup-roberta)",
-        "train": {
-            "epochs": 1,
-            "batch_size": 256,
-            "lr": 1e-5,
-            "max_seq_len": 32,
-            "eval_steps": 125,
-            "temperature": 0.05,
-        },
-        "settings": {"denoise": True, "eval_denoise": False},
-    },
-    "diffcse": {
-        "source": "voidism/DiffCSE run_diffcse.sh (bert-base-uncased)",
-        "train": {
-            "epochs": 2,
-            "batch_size": 64,
-            "lr": 7e-6,
-            "max_seq_len": 32,
-            "eval_steps": 125,
-            "temperature": 0.05,
-        },
-        "settings": {
-            "mask_ratio": 0.30,
-            "lambda_weight": 0.005,
-            "batchnorm": True,
-            "generator": "distilbert-base-uncased",
-        },
-    },
-}
 KNOWN_BACKBONES = {
     "all-MiniLM-L6-v2": "already sentence-tuned (a contrastively trained sentence-transformers model, "
     "BERT architecture, 22.7M parameters), so its runs are continued training, not training from MLM",
@@ -116,8 +82,22 @@ def recipe(params: Params) -> Recipe:
     _training_setup(params, items, check, differs, matches)
     if params.sweep.frameworks:
         _framework_recipes(params, differs, matches)
+    differs += _loss_departures(items)
     differs += _evaluation_departures(params)
     return Recipe(differs, matches)
+
+
+def _loss_departures(items: list[tuple[str, str, TrainConfig]]) -> list[str]:
+    """Per sweep loss whose SPEC names a reference implementation: what it does differently, as its
+    SPEC states it, formatted with each item's hyper-parameters (one line per distinct wording)."""
+    lines: dict[str, None] = {}
+    for _, loss, cfg in items:
+        spec = loss_spec(loss)
+        if spec.departures:
+            values = {**{h: cfg.hyper_value(h) for h in spec.hyper_names}, "temperature": cfg.temperature}
+            said = "; ".join(d.format(**values) for d in spec.departures)
+            lines[f"{spec.label} against {spec.reference}: {said}."] = None
+    return list(lines)
 
 
 def _backbone_departures(params: Params) -> list[str]:
@@ -258,11 +238,12 @@ def _fmt(value: Any) -> str:
 
 def _framework_recipes(params: Params, differs: list[str], matches: list[str]) -> None:
     """Each framework item's effective config against its official script
-    (:data:`OFFICIAL_FRAMEWORK_RECIPES`): training length, batch, lr, max length, dev interval, the
+    (its settings class's ``OFFICIAL_RECIPE``): training length, batch, lr, max length, dev interval, the
     baseline's τ, the framework's own settings and its test-scoring protocol."""
     sw = params.sweep
     for f in sw.frameworks:
-        official = OFFICIAL_FRAMEWORK_RECIPES.get(f)
+        settings_obj = params.frameworks.settings(f)
+        official = getattr(settings_obj, "OFFICIAL_RECIPE", None)
         name = framework_label(f)
         if official is None:
             differs.append(f"{name} items: no official recipe is recorded to check them against.")
@@ -313,27 +294,10 @@ def _framework_recipes(params: Params, differs: list[str], matches: list[str]) -
         settings = params.framework_settings(f)
         for key, want in official["settings"].items():
             have = settings.get(key)
-            if key == "generator":
-                ok = have == want
-                bad = (
-                    f"generator `{have}`"
-                    if have
-                    else "generator: the small MLM the `pretrain_generator` stage trains on the sample"
-                ) + f" (official: `{want}`)"
-                check_items.append((ok, f"generator `{want}`", bad))
-            elif key == "eval_denoise":
-                check_items.append(
-                    (
-                        have == want,
-                        "test sets scored without template denoising (official evaluation.py), dev selection denoised",
-                        "test sets scored *with* template denoising (`eval_denoise: true`): a variant; the official "
-                        "evaluation.py scores the unsupervised models without it",
-                    )
-                )
-            else:
-                check_items.append(
-                    (have == want, f"{key} {_fmt(want)}", f"{key} {_fmt(have)} (official: {_fmt(want)})")
-                )
+            words = getattr(settings_obj, "recipe_phrase", None)
+            phrase = words(key, have, want) if words is not None else None
+            good, bad = phrase or (f"{key} {_fmt(want)}", f"{key} {_fmt(have)} (official: {_fmt(want)})")
+            check_items.append((have == want, good, bad))
         good = [g for ok, g, _ in check_items if ok]
         bad = [b for ok, _, b in check_items if not ok]
         if bad:

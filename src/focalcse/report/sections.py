@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from focalcse.config import Params
+from focalcse.config import BASE_FRAMEWORK, Params
 from focalcse.report import figures
 from focalcse.report.data import ReportData
 from focalcse.report.labels import column_label, framework_label, loss_label, metric_columns
@@ -331,51 +331,16 @@ def hard_negatives(ctx: Context) -> None:
 
 
 def framework_notes(params: Params) -> list[str]:
-    """What the sweep's frameworks besides SimCSE are here, computed from params: how each makes its
-    positives, DiffCSE's generator, PromptBERT's denoising, and what stays SimCSE-only."""
+    """What the sweep's frameworks besides SimCSE are here: each framework's own ``report_notes()``
+    (its settings class, computed from its params), then what the report shows of SimCSE only."""
     notes = []
-    fw = params.frameworks
-    if "diffcse" in params.sweep.frameworks:
-        d = fw.diffcse
-        if d.generator:
-            gen = f"the generator is `{d.generator}` (`frameworks.diffcse.generator`)"
-        else:
-            g = d.pretrain
-            gen = (
-                "the generator is the small MLM the `pretrain_generator` stage trained on the training "
-                f"corpus with the backbone's tokenizer ({g.layers} layers, hidden {g.hidden}, {g.steps} steps from "
-                "random weights), not `distilbert-base-uncased` (the official generator for BERT, which "
-                'cannot be downloaded here), because `frameworks.diffcse.generator` is ""; its edits are '
-                "therefore cruder than the official ones"
-            )
-        notes.append(
-            "DiffCSE (Chuang et al., 2022): SimCSE's contrastive loss (the loss under test) plus "
-            f"λ = {d.lambda_weight:g} × a conditional replaced-token-detection loss on sentences masked at "
-            f"{d.mask_ratio:g} and refilled by a frozen MLM generator"
-            f"{', BatchNorm projector' if d.batchnorm else ''}; {gen}."
-        )
-    if "promptbert" in params.sweep.frameworks:
-        pb = fw.promptbert
-        notes.append(
-            "PromptBERT (Jiang et al., 2022): the sentence vector is the [MASK] state of a template "
-            f"(templates `{pb.templates}`); the two views of a sentence use two different templates, "
-            f"{'denoised' if pb.denoise else 'not denoised'} in training (`frameworks.promptbert.denoise`), "
-            "and the loss under test replaces InfoNCE. The dev checkpoint is selected "
-            f"{'with' if pb.denoise else 'without'} template denoising (as the official training run, "
-            "CLTrainer.evaluate). "
-            + (
-                "**Variant:** the test sets are scored *with* template denoising "
-                "(`frameworks.promptbert.eval_denoise: true`); the official unsupervised evaluation "
-                "(evaluation.py, eval_only.sh) scores them without it, so these PromptBERT scores are not "
-                "comparable with the published ones."
-                if pb.eval_denoise
-                else "The test sets are scored without template denoising, as the official unsupervised "
-                "evaluation (evaluation.py, eval_only.sh; `frameworks.promptbert.eval_denoise: false`)."
-            )
-        )
+    for f in params.sweep.frameworks:
+        settings = params.frameworks.settings(f)
+        own = getattr(settings, "report_notes", None)
+        notes += own() if own is not None else [f"{framework_label(f)}: its settings class states no notes."]
     notes.append(
         "Per-run figures (training curves, the alignment-uniformity scatter), the τ / m ablations and the "
-        "hard negatives are SimCSE's only; the tables below cover every framework."
+        f"hard negatives are {framework_label(BASE_FRAMEWORK)}'s only; the tables below cover every framework."
     )
     return notes
 

@@ -70,6 +70,10 @@ class LossSpec:
     color: str
     hyper: tuple[HyperParam, ...] = ()
     source: str = ""  # the module's file (a train item's DVC dependency)
+    # the reference implementation it is checked against, and what this one does differently from it:
+    # sentences the report prints, formatted with the item's hyper-parameters and ``temperature``
+    reference: str = ""
+    departures: tuple[str, ...] = ()
 
     @property
     def hyper_names(self) -> tuple[str, ...]:
@@ -107,6 +111,14 @@ def _spec(raw: Any, module: str, path: Path) -> LossSpec:
             raise LossRegistryError(
                 f"{path}: SPEC hyper {key!r} default {h['default']!r} is out of its range"
             )
+    unknown = sorted(set(raw) - {*need, "hyper", "reference", "departures"})
+    if unknown:
+        raise LossRegistryError(f"{path}: SPEC has unknown key(s) {unknown}")
+    departures = raw.get("departures", [])
+    if not isinstance(departures, list) or not all(isinstance(d, str) for d in departures):
+        raise LossRegistryError(f"{path}: SPEC 'departures' must be a list of sentences")
+    if departures and not raw.get("reference"):
+        raise LossRegistryError(f"{path}: SPEC 'departures' needs the 'reference' they depart from")
     return LossSpec(
         name=raw["name"],
         module=module,
@@ -115,6 +127,8 @@ def _spec(raw: Any, module: str, path: Path) -> LossSpec:
         color=raw["color"],
         hyper=tuple(hyper),
         source=str(path),
+        reference=str(raw.get("reference", "")),
+        departures=tuple(departures),
     )
 
 

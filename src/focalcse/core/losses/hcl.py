@@ -35,6 +35,19 @@ SPEC = {
             "help": "debiasing prior tau+ (reference default 0.1, with its clamp; 0 = off)",
         },
     },
+    # docs/method.md ("A third loss: HCL") gives the line numbers behind each sentence
+    "reference": "joshr17/HCL @7b4647f (image/main.py)",
+    "departures": [
+        "negatives: SimCSE's in-batch ones, row i (first view) against the other sentences' second views, "
+        "N - 1 per row and one direction; the reference uses both views of every other image, 2N - 2 per "
+        "anchor, with both views as anchors",
+        "beta = {beta:g} at tau = {temperature:g} (the reference: beta 1.0 at tau 0.5, a concentration "
+        "beta / tau of 2 per unit cosine), fixed: it does not follow train.temperature",
+        "tau+ = {tau_plus:g}, the reference's default, not rescaled for tau = {temperature:g} (the reference "
+        "trains at 0.5)",
+        "the clamp N_g >= Q e^(-1/tau) only when tau+ > 0 (the reference clamps always; without debiasing "
+        "the bound holds anyway)",
+    ],
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from focalcse.core.settings import (
     HUB_ID,
@@ -62,6 +62,26 @@ class DiffCSEConfig:
     """``frameworks.diffcse``: DiffCSE's generator, masking, RTD weight and projector
     (core/frameworks/diffcse/; official bert-base values: mask 0.30, lambda 0.005, BatchNorm)."""
 
+    # The official unsupervised script the report checks its items against (docs/frameworks.md cites
+    # it): voidism/DiffCSE run_diffcse.sh @f724b2c (bert-base-uncased; lines 3-30).
+    OFFICIAL_RECIPE: ClassVar[dict[str, Any]] = {
+        "source": "voidism/DiffCSE run_diffcse.sh (bert-base-uncased)",
+        "train": {
+            "epochs": 2,
+            "batch_size": 64,
+            "lr": 7e-6,
+            "max_seq_len": 32,
+            "eval_steps": 125,
+            "temperature": 0.05,
+        },
+        "settings": {
+            "mask_ratio": 0.30,
+            "lambda_weight": 0.005,
+            "batchnorm": True,
+            "generator": "distilbert-base-uncased",
+        },
+    }
+
     generator: str = ""  # "" = the pretrain_generator stage's MLM; else a hub id or an MLM folder
     mask_ratio: float = 0.30
     lambda_weight: float = 0.005
@@ -108,3 +128,35 @@ class DiffCSEConfig:
                 "true with frameworks.diffcse.batchnorm: true (the BatchNorm projector is used in training only)",
             )
         return None
+
+    def recipe_phrase(self, key: str, have: Any, want: Any) -> tuple[str, str] | None:
+        """The report's (match, departure) wording of official setting ``key``, where the plain
+        ``key value (official: value)`` would not say what differs; None: the plain wording."""
+        if key != "generator":
+            return None
+        bad = (
+            f"generator `{have}`"
+            if have
+            else "generator: the small MLM the `pretrain_generator` stage trains on the sample"
+        )
+        return f"generator `{want}`", f"{bad} (official: `{want}`)"
+
+    def report_notes(self) -> list[str]:
+        """What DiffCSE is here, for the report: its loss, masking, projector and generator."""
+        if self.generator:
+            gen = f"the generator is `{self.generator}` (`frameworks.diffcse.generator`)"
+        else:
+            g = self.pretrain
+            gen = (
+                "the generator is the small MLM the `pretrain_generator` stage trained on the training "
+                f"corpus with the backbone's tokenizer ({g.layers} layers, hidden {g.hidden}, {g.steps} steps from "
+                "random weights), not `distilbert-base-uncased` (the official generator for BERT, which "
+                'cannot be downloaded here), because `frameworks.diffcse.generator` is ""; its edits are '
+                "therefore cruder than the official ones"
+            )
+        return [
+            "DiffCSE (Chuang et al., 2022): SimCSE's contrastive loss (the loss under test) plus "
+            f"λ = {self.lambda_weight:g} × a conditional replaced-token-detection loss on sentences masked at "
+            f"{self.mask_ratio:g} and refilled by a frozen MLM generator"
+            f"{', BatchNorm projector' if self.batchnorm else ''}; {gen}."
+        ]

@@ -6,7 +6,7 @@ so its items alone depend on this file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from focalcse.core.settings import TrainConfig, _check_train_layers, _fail
 
@@ -20,6 +20,22 @@ MASK_POOLERS = {"cls": "mask", "cls_before_pooler": "mask_before_pooler"}
 @dataclass(frozen=True)
 class PromptBERTConfig:
     """``frameworks.promptbert``: PromptBERT's templates and denoising (core/frameworks/promptbert/)."""
+
+    # The official unsupervised script the report checks its items against (docs/frameworks.md cites
+    # each line): kongds/Prompt-BERT run.sh @690ba6e (unsup-bert 91-108, unsup-roberta 73-90, shared
+    # arguments 155-166; test scoring eval_only.sh 21-35 / evaluation.py 145-146, 297-302).
+    OFFICIAL_RECIPE: ClassVar[dict[str, Any]] = {
+        "source": "kongds/Prompt-BERT run.sh (unsup-bert / unsup-roberta)",
+        "train": {
+            "epochs": 1,
+            "batch_size": 256,
+            "lr": 1e-5,
+            "max_seq_len": 32,
+            "eval_steps": 125,
+            "temperature": 0.05,
+        },
+        "settings": {"denoise": True, "eval_denoise": False},
+    }
 
     # auto: the official pair of the backbone's family (roberta for RoBERTa models, else bert)
     templates: str = "auto"
@@ -56,3 +72,33 @@ class PromptBERTConfig:
                 "cls or cls_before_pooler: PromptBERT's sentence vector is the template's mask token",
             )
         return None
+
+    def recipe_phrase(self, key: str, have: Any, want: Any) -> tuple[str, str] | None:
+        """The report's (match, departure) wording of official setting ``key`` (see DiffCSEConfig)."""
+        if key != "eval_denoise":
+            return None
+        return (
+            "test sets scored without template denoising (official evaluation.py), dev selection denoised",
+            "test sets scored *with* template denoising (`eval_denoise: true`): a variant; the official "
+            "evaluation.py scores the unsupervised models without it",
+        )
+
+    def report_notes(self) -> list[str]:
+        """What PromptBERT is here, for the report: its templates, denoising and test scoring."""
+        return [
+            "PromptBERT (Jiang et al., 2022): the sentence vector is the [MASK] state of a template "
+            f"(templates `{self.templates}`); the two views of a sentence use two different templates, "
+            f"{'denoised' if self.denoise else 'not denoised'} in training (`frameworks.promptbert.denoise`), "
+            "and the loss under test replaces InfoNCE. The dev checkpoint is selected "
+            f"{'with' if self.denoise else 'without'} template denoising (as the official training run, "
+            "CLTrainer.evaluate). "
+            + (
+                "**Variant:** the test sets are scored *with* template denoising "
+                "(`frameworks.promptbert.eval_denoise: true`); the official unsupervised evaluation "
+                "(evaluation.py, eval_only.sh) scores them without it, so these PromptBERT scores are not "
+                "comparable with the published ones."
+                if self.eval_denoise
+                else "The test sets are scored without template denoising, as the official unsupervised "
+                "evaluation (evaluation.py, eval_only.sh; `frameworks.promptbert.eval_denoise: false`)."
+            )
+        ]
