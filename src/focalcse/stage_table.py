@@ -81,6 +81,7 @@ class Stage:
     own_framework: bool = False  # its framework's own modules and settings (the item's framework axis)
     observer_outputs: frozenset[str] = frozenset()  # observers whose words are this stage's output
     code_folders: tuple[str, ...] = ()  # packages depended on whole (their modules and data files)
+    named_folders: tuple[str, ...] = ()  # packages whose modules it reads by name: depended on whole
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -403,6 +404,9 @@ STAGES: tuple[Stage, ...] = (
         outs=lambda L, v: [plain(L.reports_dir)],
         observer_outputs=frozenset({"focalcse.provenance"}),  # the report prints each result's provenance
         code_folders=("src/focalcse/report",),  # its modules and published.yaml
+        # the losses' SPECs (labels, colours, departures) and the frameworks' settings classes (notes,
+        # official recipes): read or imported by name, so no import reaches them
+        named_folders=("src/focalcse/core/losses", "src/focalcse/core/frameworks/settings"),
     ),
 )
 BY_NAME = {s.name: s for s in STAGES}

@@ -308,6 +308,12 @@ def code_deps(name: str, project: Project | None = None, **values: str) -> list[
             raise ValueError(f"{name}: code folder {folder} holds no module the stage imports")
         src = [p for p in src if p not in inside]
         folders.append(folder)
+    for folder in st.named_folders:
+        inside = project.files(folder)
+        if not any(p.endswith(".py") for p in inside):
+            raise ValueError(f"{name}: named folder {folder} holds no module")
+        src = [p for p in src if p not in inside]
+        folders.append(folder)
     return [rel_script, *siblings, *src, *folders]
 
 
