@@ -219,7 +219,8 @@ class TrainRun:
     ) -> None:
         """Log the summary metrics, the model folder (artifact ``model``, and as an MLflow model in
         the flavour its folder loads with: :func:`~focalcse.ops.tracking.models.log_model`), ``files``
-        (``metrics/``), and tag the run with the model's fingerprint for the evaluate stage. Anything MLflow misses is queued."""
+        (``metrics/``), and tag the run with the model's fingerprint for the evaluate stage. Anything
+        MLflow misses is queued."""
         keys = (
             "best_step",
             "stsb_dev_best",
