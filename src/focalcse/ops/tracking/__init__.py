@@ -19,8 +19,9 @@ trains on and queues its whole run (created by ``focalcse tracking sync``).
 
 The package, one job per module: ``store`` (where runs go: the URI, its check, the experiment, the
 tags), ``process`` (whose process a run is, and whether it is gone), ``inputs`` (the dataset inputs),
-``queue`` (the local journal, sending it, ending dead runs), ``runs`` (train runs and their background
-sender) and ``stages`` (what the evaluate and report stages log). Tracking observes: no stage's DVC
+``queue`` (the local journal, sending it, ending dead runs), ``models`` (a train run's MLflow model,
+in the flavour its folder loads with; ``pyfunc``, the ``python_function`` model, is imported only to
+log or load one), ``runs`` (train runs and their background sender) and ``stages`` (what the evaluate and report stages log). Tracking observes: no stage's DVC
 deps list it (``focalcse.ops.dvc_yaml``), and ``tests/test_tracking_outputs.py`` shows it changes no output.
 """
 
@@ -31,6 +32,13 @@ from focalcse.ops.tracking.inputs import (
     DATASET_CONTEXT_TAG,
     dvc_md5,
     input_datasets,
+)
+from focalcse.ops.tracking.models import (
+    PYTHON_FUNCTION,
+    SENTENCE_TRANSFORMERS,
+    log_model,
+    model_flavour,
+    sentence_transformers_folder,
 )
 from focalcse.ops.tracking.process import (
     IDENTITY_KEYS,
@@ -51,7 +59,6 @@ from focalcse.ops.tracking.queue import (
 from focalcse.ops.tracking.runs import (
     TrainRun,
     _kill_stale,
-    sentence_transformers_folder,
     train_run,
 )
 from focalcse.ops.tracking.stages import (
@@ -116,6 +123,10 @@ __all__ = [
     "sync",
     "TrainRun",
     "sentence_transformers_folder",
+    "model_flavour",
+    "log_model",
+    "SENTENCE_TRANSFORMERS",
+    "PYTHON_FUNCTION",
     "_kill_stale",
     "train_run",
     "eval_metrics",

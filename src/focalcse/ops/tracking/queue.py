@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.ops.tracking.inputs import _log_inputs
+from focalcse.ops.tracking.models import log_model
 from focalcse.ops.tracking.process import _kill_if_gone
 from focalcse.ops.tracking.store import (
     _BATCH,
@@ -106,35 +107,6 @@ def _metric(r: dict[str, Any]) -> Any:
     return Metric(r["k"], float(r["v"]), int(r["ts"]), int(r["s"]))
 
 
-def _log_model(uri: str, run_id: str, model_dir: str | os.PathLike, register: str | None = None) -> None:
-    """The model folder as an MLflow ``sentence_transformers`` model of the run (Logged models);
-    registered as ``register`` (env ``FOCALCSE_REGISTER_MODEL``) when set."""
-    import mlflow
-    import mlflow.sentence_transformers
-    import sentence_transformers
-    import torch
-    import transformers
-    from sentence_transformers import SentenceTransformer
-
-    mlflow.set_tracking_uri(uri)
-    # The logged model belongs to the active experiment, not the run's (MLflow 3): without this it
-    # lands in "Default", with its artifacts under ./mlruns, and the run's experiment shows none.
-    mlflow.set_experiment(experiment_id=mlflow.MlflowClient(uri).get_run(run_id).info.experiment_id)
-    model = SentenceTransformer(str(model_dir), device="cpu")
-    reqs = [
-        f"sentence-transformers=={sentence_transformers.__version__}",
-        f"transformers=={transformers.__version__}",
-        f"torch=={torch.__version__.split('+')[0]}",
-    ]
-    mlflow.sentence_transformers.log_model(
-        model,
-        name="sentence_transformer",
-        run_id=run_id,
-        pip_requirements=reqs,  # no requirement inference (it re-loads the model in a subprocess)
-        registered_model_name=register or None,
-    )
-
-
 def _apply(client: Any, uri: str, run_id: str, r: dict[str, Any]) -> None:
     """Send one non-metric record."""
     t = r["t"]
@@ -147,7 +119,7 @@ def _apply(client: Any, uri: str, run_id: str, r: dict[str, Any]) -> None:
             client.log_artifact(run_id, r["path"], artifact_path=r.get("dest"))
     elif t == "model":
         if Path(r["path"]).is_dir():
-            _log_model(uri, run_id, r["path"], r.get("register"))
+            log_model(uri, run_id, r["path"], r.get("register"))
     elif t == "inputs":
         _log_inputs(client, run_id, r["datasets"])
     elif t == "end":

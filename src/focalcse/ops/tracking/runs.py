@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ from focalcse.config import BASE_FRAMEWORK, Params
 from focalcse.errors import TrackingUnavailableError
 from focalcse.layout import Layout, run_name, stage_name
 from focalcse.ops.tracking.inputs import input_datasets
+from focalcse.ops.tracking.models import SENTENCE_TRANSFORMERS, model_flavour
 from focalcse.ops.tracking.process import (
     _identity_of,
     _kill_if_gone,
@@ -215,9 +217,10 @@ class TrainRun:
         model_dir: str | os.PathLike,
         files: Sequence[str | os.PathLike] = (),
     ) -> None:
-        """Log the summary metrics, the model folder (artifact ``model``, and as an MLflow
-        sentence-transformers model), ``files`` (``metrics/``), and tag the run with the model's
-        fingerprint for the evaluate stage. Anything MLflow misses is queued."""
+        """Log the summary metrics, the model folder (artifact ``model``, and as an MLflow model in
+        the flavour its folder loads with: :func:`~focalcse.ops.tracking.models.log_model`), ``files``
+        (``metrics/``), and tag the run with the model's fingerprint for the evaluate stage. Anything
+        MLflow misses is queued."""
         keys = (
             "best_step",
             "stsb_dev_best",
@@ -248,16 +251,14 @@ class TrainRun:
             if Path(f).is_file():
                 self._send({"t": "art", "path": str(Path(f).resolve()), "dest": "metrics"})
         lap("artifacts")
-        try:
-            import sentence_transformers  # noqa: F401 - the MLflow flavour needs it
-        except ImportError:
+        flavour = model_flavour(model_dir)
+        if flavour is None:
+            print(f"{model_dir}: no modules.json or focalcse.json; logged as files only, no MLflow model")
+        elif flavour == SENTENCE_TRANSFORMERS and importlib.util.find_spec("sentence_transformers") is None:
             print("warning: sentence-transformers is not installed: no MLflow model logged", file=sys.stderr)
         else:
-            if sentence_transformers_folder(model_dir):
-                register = os.environ.get("FOCALCSE_REGISTER_MODEL", "").strip() or None
-                self._send({"t": "model", "path": str(model_dir), "register": register})
-            else:  # e.g. PromptBERT: its folder refuses ST
-                print(f"{model_dir.name}: not a sentence-transformers model; logged as files only")
+            register = os.environ.get("FOCALCSE_REGISTER_MODEL", "").strip() or None
+            self._send({"t": "model", "path": str(model_dir), "register": register})
         lap("logged_model")
         self._send({"t": "tag", "k": "model_sha256", "v": folder_fingerprint(model_dir)})
         lap("tags")
@@ -308,15 +309,6 @@ class _NoRun:
 
     def finish(self, *args: Any, **kwargs: Any) -> None:
         return None
-
-
-def sentence_transformers_folder(model_dir: str | os.PathLike) -> bool:
-    """Whether ``SentenceTransformer(model_dir)`` builds the model as evaluated: every module its
-    ``modules.json`` names is a sentence-transformers one (a PromptBERT folder names a refusing module)."""
-    f = Path(model_dir) / "modules.json"
-    if not f.is_file():
-        return False
-    return all(str(m.get("type", "")).startswith("sentence_transformers.") for m in json.loads(f.read_text()))
 
 
 def _kill_stale(
