@@ -1,5 +1,6 @@
 """``focalcse`` command line: evaluate a model folder on the STS tasks; print one item's config;
-send queued MLflow records (``focalcse tracking sync``); run a work-pool worker (``focalcse worker``).
+send queued MLflow records (``focalcse tracking sync``); run a work-pool worker (``focalcse worker``);
+compare a rerun's results with the committed ones (``focalcse reproduced``).
 
 Hyper-parameters never arrive through flags: training reads ``params.yaml`` (see ``stages/``);
 ``focalcse config`` shows what one train item of a parameter set will use; ``focalcse params use
@@ -140,6 +141,17 @@ def _params_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduced(args: argparse.Namespace) -> int:
+    from focalcse.atomic import write_json
+    from focalcse.report.reproduced import lines, reproduced
+
+    cmp = reproduced(args.root, args.against, args.of)
+    print("\n".join(lines(cmp)))
+    if args.json:
+        write_json(args.json, cmp.to_dict())
+    return 0 if cmp.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="focalcse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -224,6 +236,22 @@ def main(argv: list[str] | None = None) -> int:
     wk.add_argument("--name", required=True, help="this worker's name (one per machine)")
     wk.add_argument("--limit", type=int, default=1, help="flow runs at a time (default 1)")
     wk.set_defaults(func=_worker)
+    rp = sub.add_parser(
+        "reproduced",
+        help="did a rerun reproduce the committed results? Per report table: the largest difference "
+        "against the committed (git) result files, its tolerance, and whether every verdict is the same; "
+        "exit 0 when all pass, 1 otherwise",
+    )
+    rp.add_argument("--against", default="HEAD", help="the commit whose results count (default: HEAD)")
+    rp.add_argument(
+        "--of",
+        default=None,
+        help="compare this commit's results instead of the work tree's (e.g. to record a tolerance "
+        "between two committed runs)",
+    )
+    rp.add_argument("--json", default=None, help="also write the comparison as JSON to this file")
+    rp.add_argument("--root", default=".", help="a folder inside the git checkout (default: the current one)")
+    rp.set_defaults(func=_reproduced)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

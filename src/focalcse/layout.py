@@ -281,6 +281,13 @@ class Layout:
     def figures_dir(self) -> Path:
         return self.reports_dir / "figures"
 
+    # ---------------------------------------------------------------- reproduction
+    @property
+    def reproduction_tolerance_file(self) -> Path:
+        """How far a rerun may differ from the committed results (``focalcse reproduced``): the
+        ``--json`` record of a comparison between runs on two CPU kinds; written by hand, by no stage."""
+        return self.root / "docs" / "reproduction-tolerance.json"
+
     # ---------------------------------------------------------------- tracking
     @property
     def mlflow_db(self) -> Path:
