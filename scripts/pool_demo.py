@@ -61,6 +61,26 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def wait_workers(names: tuple[str, ...], timeout: float, procs: dict[str, subprocess.Popen]) -> None:
+    """Return once every worker in ``names`` is ONLINE in the pool (Prefect's API), or fail."""
+    from prefect import get_client
+    from prefect.client.schemas.objects import WorkerStatus
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in names:
+            if procs[name].poll() is not None:
+                raise RuntimeError(f"{name} exited {procs[name].returncode} before it came online")
+        with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+            online = {
+                w.name for w in client.read_workers_for_work_pool(POOL) if w.status == WorkerStatus.ONLINE
+            }
+            if set(names) <= online:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"workers {', '.join(names)} not online in pool {POOL} within {timeout:.0f} s")
+
+
 def sh(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -180,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
             "HF_DATASETS_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "OMP_NUM_THREADS": "1",
+            # the workers ask for queued items every second, not every 10 s: an item waits for a
+            # free worker, not for its next poll
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
             "GIT_AUTHOR_NAME": "demo",
             "GIT_AUTHOR_EMAIL": "demo@localhost",
             "GIT_COMMITTER_NAME": "demo",
@@ -266,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"FOCALCSE_WORKDIR": str(wd)},
                 cwd=wd,
             )
-        time.sleep(5)
+        wait_workers(WORKERS, 120, procs)
         log("running the reproduce-pool flow from the coordinator checkout")
         t0 = time.perf_counter()
         coord_proc = subprocess.run(

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import yaml
 
-from focalcse.testing.project import make_tiny_project, project_env, run
+from focalcse.testing.project import TINY_PARAMS, make_tiny_project, project_env, run
 
 pytestmark = pytest.mark.slow  # one full `dvc repro` of the tiny project
 
@@ -88,7 +88,9 @@ def changed_files(repo: Path) -> set[str]:
 
 
 def test_task_and_output_recipes_on_a_copy(tmp_path: Path, data_mirror: Path, tiny_backbone: Path) -> None:
-    repo = make_tiny_project(tmp_path / "repo", data_mirror, tiny_backbone)
+    # one seed: the recipes touch every stage kind, and a second seed's four items prove nothing more
+    sweep = {**TINY_PARAMS["sweep"], "seeds": [1]}
+    repo = make_tiny_project(tmp_path / "repo", data_mirror, tiny_backbone, sweep=sweep)
     env = project_env(repo, PYTHONPATH=str(repo / "src"))  # the stages import the copy's edited code
     apply_task_recipe(repo)
     apply_output_recipe(repo)
