@@ -9,7 +9,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 export DO_NOT_TRACK := 1
 
-.PHONY: setup test lint reproduce clean-venv dvc-yaml dvc-deps
+.PHONY: setup test lint reproduce docs docs-check clean-venv dvc-yaml dvc-deps
 
 setup: $(STAMP)
 
@@ -30,7 +30,17 @@ PARAMS ?=
 reproduce: $(STAMP)
 	@if [ -n "$(PARAMS)" ]; then $(VENV)/bin/focalcse params use $(PARAMS) || exit 2; \
 	else $(VENV)/bin/focalcse params check || exit 2; fi
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+	FOCALCSE_RUN_STARTED=$$(date +%s) FOCALCSE_RUN_COMMAND="make reproduce$(if $(PARAMS), PARAMS=$(PARAMS))" \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+
+# The numbers of README.md and docs/*.md, rendered from the committed result files between cog markers
+# (src/focalcse/report/docs_blocks.py); `make docs-check` (and tests/test_docs_fresh.py) fails on a stale block.
+DOCS := README.md $(wildcard docs/*.md)
+docs: $(STAMP)
+	$(VENV)/bin/cog -r $(DOCS)
+
+docs-check: $(STAMP)
+	$(VENV)/bin/cog --check $(DOCS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests stages pipelines scripts benchmarks

@@ -1202,3 +1202,26 @@ def test_a_sweep_without_the_papers_backbones_shows_their_published_rows_for_ref
     )
     table = sections.published_reference(params, data)
     assert table is not None and not any(row[1] == "bert-base-uncased" for row in table.rows)
+
+
+def test_the_report_writes_and_prints_what_produced_the_run(synthetic, monkeypatch) -> None:
+    from focalcse.provenance import cpu_info
+    from focalcse.report.provenance import RUN_COMMAND_ENV, RUN_STARTED_ENV, run_record
+
+    params, root = synthetic
+    monkeypatch.setenv(RUN_COMMAND_ENV, "make reproduce PARAMS=synthetic")
+    monkeypatch.setenv(RUN_STARTED_ENV, "1000")
+    build_report(params, Layout.at(root), commit="cafe123")
+    record = json.loads((root / "reports/provenance.json").read_text())
+    assert record["commit"] == "cafe123" and record["param_set"] == "synthetic"
+    assert record["command"] == "make reproduce PARAMS=synthetic" and record["wall_seconds"] > 1e9 - 1000
+    assert record["cpu_model"] == cpu_info()["cpu_model"] and record["date"][:2] == "20"
+    md = (root / "reports/report.md").read_text()
+    assert "Command: `make reproduce PARAMS=synthetic`" in md and "Commit: `cafe123`" in md
+    # outside `make reproduce`: no command nor wall time, each with its reason
+    bare = run_record(params, ReportData(significance={}), "c", env={}, now=2000.0)
+    assert bare["command"] is None and bare["wall_seconds"] is None
+    assert RUN_STARTED_ENV in bare["unrecorded"]["wall_seconds"]
+    assert run_record(params, ReportData(significance={}), "c", env={RUN_STARTED_ENV: "1500"}, now=2000.0)[
+        "wall_seconds"
+    ] == pytest.approx(500.0)

@@ -1,6 +1,7 @@
 """Build the report: read the pipeline's outputs, run :data:`~focalcse.report.sections.SECTIONS` in
 order into one :class:`~focalcse.report.render.Doc`, and write it as ``report.md`` and a
-self-contained ``index.html`` (PNGs embedded as base64), with the figures under ``figures/``.
+self-contained ``index.html`` (PNGs embedded as base64), with the figures under ``figures/``, and
+``provenance.json``: what produced the run (commit, parameter set, CPU, command, wall time, date).
 
 Every number shown is read from a pipeline output under ``metrics/`` (significance, per-run evaluation
 and training metrics, curves, ablation items, hard negatives), except the published rows of Table 2,
@@ -9,6 +10,7 @@ which come from ``published.yaml`` with the source of each row.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +20,7 @@ from focalcse.config import Params
 from focalcse.layout import Layout
 from focalcse.report import sections as report_sections
 from focalcse.report.data import ReportData, load_report_data
+from focalcse.report.provenance import PROVENANCE_FILE, run_record
 from focalcse.report.render import Doc, to_html, to_markdown
 from focalcse.report.sections import Context, Section
 from focalcse.report.tables import TITLE
@@ -62,9 +65,10 @@ def write_report(
     sections: Sequence[Section] | None = None,
 ) -> dict[str, Path]:
     """The report in folder ``out``: figures, then ``report.md`` and ``index.html``."""
-    ctx = Context(params, data, Doc(TITLE), out, params_file, commit)
+    ctx = Context(params, data, Doc(TITLE), out, params_file, commit, run=run_record(params, data, commit))
     doc = make_doc(ctx, sections)
     paths = dict(ctx.paths)
+    atomic_write(out / PROVENANCE_FILE, json.dumps(ctx.run, indent=2) + "\n")
     paths["markdown"] = atomic_write(out / "report.md", to_markdown(doc, out))
     paths["html"] = atomic_write(out / "index.html", to_html(doc))
     return paths

@@ -91,3 +91,86 @@ def provenance_items(params: Params, data: ReportData, params_file: str, commit:
         "included): "
         + "; ".join(f"{k} {s:.1f} s ({n} file{'s' if n != 1 else ''})" for k, (s, n) in walls.items()),
     ]
+
+
+# ---------------------------------------------------------------- the run's provenance record
+PROVENANCE_FILE = "provenance.json"  # beside each set's report.md
+PROVENANCE_FIELDS = ("commit", "param_set", "cpu_model", "cpu_flags", "command", "wall_seconds", "date")
+# set by `make reproduce` around `dvc repro`: the command and its start (epoch seconds)
+RUN_COMMAND_ENV, RUN_STARTED_ENV = "FOCALCSE_RUN_COMMAND", "FOCALCSE_RUN_STARTED"
+
+
+def run_record(
+    params: Params, data: ReportData, commit: str, env: dict[str, str] | None = None, now: float | None = None
+) -> dict[str, Any]:
+    """What produced this run's results, at its end (the report stage): commit, parameter set
+    (``tracking.experiment``), this machine's CPU model and matmul flags (``/proc/cpuinfo``), the
+    command and the wall time since it started (from ``make reproduce``'s environment), the date, and
+    the sum of the stage wall times the metrics files record. A field that cannot be known is None,
+    its reason under ``unrecorded``."""
+    import os
+    import time
+    from datetime import datetime, timezone
+
+    from focalcse.provenance import cpu_info
+
+    env = dict(os.environ) if env is None else env
+    now = time.time() if now is None else now
+    cpu = cpu_info()
+    record: dict[str, Any] = {
+        "commit": commit,
+        "param_set": (params.raw.get("tracking") or {}).get("experiment"),
+        "cpu_model": cpu["cpu_model"],
+        "cpu_flags": cpu["cpu_flags"],
+        "command": env.get(RUN_COMMAND_ENV),
+        "wall_seconds": None,
+        "date": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
+        "stage_seconds": round(sum(s for s, _ in wall_times(data).values()), 1),
+        "unrecorded": {},
+    }
+    started = env.get(RUN_STARTED_ENV)
+    if started:
+        try:
+            record["wall_seconds"] = round(now - float(started), 1)
+        except ValueError:
+            record["unrecorded"]["wall_seconds"] = f"{RUN_STARTED_ENV}={started!r} is not epoch seconds"
+    else:
+        record["unrecorded"]["wall_seconds"] = (
+            f"not started through `make reproduce` ({RUN_STARTED_ENV} unset)"
+        )
+    if record["command"] is None:
+        record["unrecorded"]["command"] = f"not started through `make reproduce` ({RUN_COMMAND_ENV} unset)"
+    if record["param_set"] is None:
+        record["unrecorded"]["param_set"] = "params have no tracking.experiment"
+    return record
+
+
+def provenance_lines(record: dict[str, Any]) -> list[str]:
+    """A provenance record as report lines, one per field; an unrecorded field with its reason."""
+    why = record.get("unrecorded") or {}
+    sources = record.get("sources") or {}
+
+    def show(key: str, text: str | None) -> str:
+        if text is None:
+            return f"not recorded ({why.get(key, 'no reason given')})"
+        return text + (f" (from {sources[key]})" if key in sources else "")
+
+    def code(v: Any) -> str | None:
+        return None if v is None else f"`{v}`"
+
+    wall = record.get("wall_seconds")
+    flags = record.get("cpu_flags")
+    return [
+        "Commit: " + show("commit", code(record.get("commit"))),
+        "Parameter set: " + show("param_set", code(record.get("param_set"))),
+        "CPU: "
+        + show(
+            "cpu_model",
+            None
+            if record.get("cpu_model") is None
+            else f"{record['cpu_model']}" + (f", matmul flags {', '.join(flags)}" if flags else ""),
+        ),
+        "Command: " + show("command", code(record.get("command"))),
+        "Wall time: " + show("wall_seconds", None if wall is None else f"{fmt_seconds(wall)} ({wall:.0f} s)"),
+        "Date: " + show("date", record.get("date")),
+    ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from focalcse.config import BASE_FRAMEWORK, Params
 from focalcse.report import figures
@@ -31,7 +32,7 @@ from focalcse.report.prose import (
     last_step_note,
     promptbert_sentence,
 )
-from focalcse.report.provenance import provenance_items
+from focalcse.report.provenance import PROVENANCE_FILE, provenance_items, provenance_lines
 from focalcse.report.published import (
     published_backbones,
     published_rows,
@@ -74,6 +75,7 @@ class Context:
     params_file: str = "params.yaml"
     commit: str = "unknown"
     paths: dict[str, Path] = field(default_factory=dict)  # figure key -> PNG
+    run: dict[str, Any] | None = None  # the run's provenance record (report.provenance.run_record)
 
     @property
     def fig_dir(self) -> Path:
@@ -109,6 +111,9 @@ def intro(ctx: Context) -> None:
 def provenance(ctx: Context) -> None:
     ctx.doc.h2("What produced this report")
     ctx.doc.bullets(provenance_items(ctx.params, ctx.data, ctx.params_file, ctx.commit))
+    if ctx.run is not None:
+        ctx.doc.p(f"This run (`{PROVENANCE_FILE}`):")
+        ctx.doc.bullets(provenance_lines(ctx.run))
 
 
 def sts_tables(ctx: Context) -> None:

@@ -1,0 +1,421 @@
+"""The numbers README.md and docs/*.md show, rendered from the committed result files.
+
+Each function returns Markdown for one generated block of a document (cogapp markers,
+``make docs`` refreshes them, ``tests/test_docs_fresh.py`` fails on a stale one). A block names the
+*result set* it reads, a folder relative to the repository root (the working directory):
+
+* ``"default"``: the checkout's own outputs, every path from :class:`focalcse.layout.Layout`
+  (``metrics/significance.json``, ``metrics/summary.json``, the per-item files, ``reports/provenance.json``);
+* any other folder (``"docs/cpu-long"``, ...): a committed copy of a run's ``significance.json``,
+  ``summary.json``, ``report.md`` and ``provenance.json``.
+
+A sentence that compares two sets states its test: Welch's t over the per-seed paired differences
+of the two sets (each set's mean and standard deviation of Focal-InfoNCE − InfoNCE over its seeds),
+computed here with scipy; the verdict word follows that p at the set's α.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from focalcse.config import BASE_FRAMEWORK, Params, load_params
+from focalcse.layout import Layout
+from focalcse.report.data import ReportData, load_report_data
+from focalcse.report.labels import column_label, framework_label, loss_label
+from focalcse.report.prose import band_line, band_sentence, last_step_note
+from focalcse.report.provenance import PROVENANCE_FILE, provenance_lines
+from focalcse.report.render import fmt, fmt_diff, fmt_p, fmt_seconds, fmt_summary, table_markdown
+from focalcse.report.tables import ablation_table, seed_band, table3
+
+DEFAULT = "default"
+STS_KEYS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
+GEOMETRY = ("alignment", "uniformity")
+
+
+# ---------------------------------------------------------------- the result sets
+@dataclass(frozen=True)
+class ResultSet:
+    """One committed set's files; ``layout`` only for the checkout's own outputs (``default``)."""
+
+    name: str
+    significance_file: Path
+    summary_file: Path
+    provenance_file: Path
+    layout: Layout | None = None
+
+
+def result_set(name: str, root: str | Path | None = None) -> ResultSet:
+    """The files of set ``name`` (``default`` or a folder) under ``root`` (default: the working directory)."""
+    base = Path.cwd() if root is None else Path(root)
+    if name == DEFAULT:
+        lay = Layout.at(base)
+        return ResultSet(
+            name, lay.significance_file, lay.summary_file, lay.reports_dir / PROVENANCE_FILE, lay
+        )
+    folder = base / name
+    if not (folder / "significance.json").is_file():
+        raise FileNotFoundError(f"result set {name!r}: {folder / 'significance.json'} not found")
+    return ResultSet(name, folder / "significance.json", folder / "summary.json", folder / PROVENANCE_FILE)
+
+
+def _read(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such result file (expected a committed result of its set)")
+    return json.loads(path.read_text())
+
+
+def significance(name: str, framework: str = BASE_FRAMEWORK) -> dict[str, Any]:
+    """Set ``name``'s ``significance.json``, the part of ``framework`` in SimCSE's shape."""
+    sig = ReportData(significance=_read(result_set(name).significance_file)).significance_of(framework)
+    if sig is None:
+        raise ValueError(f"result set {name!r} has no {framework} entry in its significance.json")
+    return sig
+
+
+def _entry(sig: dict[str, Any], backbone: str | None) -> tuple[str, dict[str, Any]]:
+    backbones = sig["backbones"]
+    b = backbone or next(iter(backbones))
+    if b not in backbones:
+        raise ValueError(f"significance.json has no backbone {b!r} (it has {', '.join(backbones)})")
+    return b, backbones[b]
+
+
+def _default_params() -> Params:
+    return load_params(Path.cwd() / "params.yaml")
+
+
+def _default_data() -> tuple[Params, ReportData]:
+    rs = result_set(DEFAULT)
+    assert rs.layout is not None
+    params = _default_params()
+    return params, load_report_data(params, rs.layout)
+
+
+# ---------------------------------------------------------------- small formatters
+def _p(test: dict[str, Any], key: str = "p_value") -> str:
+    """A p-value in prose: 2 significant digits."""
+    return format(test[key], ".2g")
+
+
+def _holm_word(test: dict[str, Any]) -> str:
+    return "significant after Holm" if test.get("significant_holm") else "not significant after Holm"
+
+
+def sd_diff(test: dict[str, Any]) -> float:
+    """The standard deviation over seeds of a paired test's differences: recorded (``sd_diff``), or
+    from its t statistic (t = mean / (sd / √n)), as older files record only that."""
+    if test.get("sd_diff") is not None:
+        return float(test["sd_diff"])
+    return abs(test["mean_diff"]) * math.sqrt(test["n"]) / abs(test["statistic"])
+
+
+# ---------------------------------------------------------------- tables
+def sts_table(
+    name: str, framework: str = BASE_FRAMEWORK, title: str = "", backbone: str | None = None
+) -> str:
+    """Table 2 of set ``name`` as README and results.md show it: per loss mean ± std over seeds, then
+    per loss tested against the baseline its Δ, raw paired-t p and Holm p (``*``: below α)."""
+    sig = significance(name, framework)
+    b, entry = _entry(sig, backbone)
+    keys = [k for k in STS_KEYS if any(k in s for s in entry["losses"].values())]
+    label = title or f"{b}, {framework_label(framework)}"
+    rows = [
+        [loss_label(loss), *(fmt_summary(entry["losses"][loss].get(k)) for k in keys)]
+        for loss in _losses(sig, entry)
+    ]
+    base = loss_label(sig["baseline"])
+    for loss, tests in entry.get("ttest", {}).items():
+        pair = f"{loss_label(loss)} − {base}" if len(entry["ttest"]) > 1 else "Δ"
+        rows.append([pair, *(fmt_diff(tests.get(k)) for k in keys)])
+        rows.append(["p, paired t (raw)", *(fmt_p(tests.get(k)) for k in keys)])
+        rows.append(["p, Holm-adjusted", *(fmt_p(tests.get(k), "p_holm", "significant_holm") for k in keys)])
+    return _md([label, *(column_label(k) for k in keys)], rows)
+
+
+def _losses(sig: dict[str, Any], entry: dict[str, Any]) -> list[str]:
+    """The set's losses, the baseline first (as the tables show them)."""
+    return sorted(entry["losses"], key=lambda loss: loss != sig["baseline"])
+
+
+def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    from focalcse.report.render import Table
+
+    return table_markdown(Table("", list(header), [list(r) for r in rows]))
+
+
+def frameworks_table(name: str, backbone: str | None = None) -> str:
+    """Table 3 over frameworks (README): per framework its baseline-loss row (mean ± std) and, per
+    tested loss, Δ and Holm p of alignment, uniformity (STS-B dev), STS-B and the 7-task average."""
+    sig = _read(result_set(name).significance_file)
+    frameworks = [BASE_FRAMEWORK, *(sig.get("frameworks") or {})]
+    keys = (*GEOMETRY, "STSBenchmark", "avg")
+    digits = {"alignment": 3, "uniformity": 2, "STSBenchmark": 2, "avg": 2}
+    rows = []
+    for f in frameworks:
+        part = significance(name, f)
+        b, entry = _entry(part, backbone)
+        base = entry["losses"][part["baseline"]]
+        rows.append([framework_label(f), *(fmt_summary(base.get(k), digits[k]) for k in keys)])
+        for loss, tests in entry.get("ttest", {}).items():
+            rows.append(
+                [
+                    f"{framework_label(f)} + {loss_label(loss)} (Δ, Holm p)",
+                    *(
+                        f"{fmt_diff(tests.get(k), 3 if k != 'avg' and k != 'STSBenchmark' else 2)}, "
+                        f"{_p(tests[k], 'p_holm')}"
+                        for k in keys
+                    ),
+                ]
+            )
+    header = [f"{b}, mean ± std over {len(entry['seeds'][part['baseline']])} seeds", "ALGN ↓", "UNIF ↓"]
+    return _md([*header, column_label("STSBenchmark"), "Avg. (7 tasks)"], rows)
+
+
+def table3_default() -> str:
+    """Table 3 of the checkout's own outputs (alignment, uniformity on STS-B dev, STS-B), as the report."""
+    params, data = _default_data()
+    b = params.sweep.backbones[0]
+    return table_markdown(table3(params, data, b))
+
+
+def ablation_tables() -> str:
+    """Tables 4 and 5 of the checkout's own outputs, each with the report's seed-band sentence."""
+    params, data = _default_data()
+    band = seed_band(params, data)
+    out = []
+    for kind in ("tau", "m"):
+        points = data.ablation.get(kind, [])
+        if points:
+            out += [
+                table_markdown(ablation_table(params, data, kind)),
+                "",
+                band_sentence(kind, points, band),
+                "",
+            ]
+    out.append(band_line(params, band))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- sentences
+def per_seed_deltas(key: str = "avg", loss: str = "focal_infonce") -> list[float]:
+    """The checkout's own per-seed differences ``loss`` − baseline on ``key``, from the eval files."""
+    params, data = _default_data()
+    sig = data.significance
+    b = params.sweep.backbones[0]
+    seeds = sig["backbones"][b]["paired_seeds"][loss]
+    return [data.evals[(b, loss, s)][key] - data.evals[(b, sig["baseline"], s)][key] for s in seeds]
+
+
+def gap_sentence(name: str, loss: str = "focal_infonce", framework: str = BASE_FRAMEWORK) -> str:
+    """``loss`` against the baseline in set ``name``: the average's Δ with its p and Holm p, the
+    per-seed differences where the set holds per-item files, and how many columns stay below α after Holm."""
+    sig = significance(name, framework)
+    _, entry = _entry(sig, None)
+    tests = entry["ttest"][loss]
+    avg = tests["avg"]
+    base = loss_label(sig["baseline"])
+    text = (
+        f"{loss_label(loss)} − {base} on the 7-task average: {fmt_diff(avg)} "
+        f"(paired t over {avg['n']} seeds, p {_p(avg)}, Holm {_p(avg, 'p_holm')}, {_holm_word(avg)})"
+    )
+    if name == DEFAULT and framework == BASE_FRAMEWORK:
+        deltas = per_seed_deltas("avg", loss)
+        text += "; per seed " + ", ".join(format(d, "+.2f") for d in deltas)
+        ahead = all(d > 0 for d in deltas)
+        text += " (ahead on every seed)" if ahead else ""
+    holm = [k for k in sig["holm_family"] if k in tests]
+    below = [k for k in holm if tests[k].get("significant_holm")]
+    text += f". {len(below)} of the {len(holm)} columns are below {sig['alpha']} after Holm"
+    if 0 < len(below) < len(holm):
+        text += f" ({', '.join(column_label(k) for k in below)})"
+    return text + "."
+
+
+def geometry_sentence(name: str, loss: str = "focal_infonce", framework: str = BASE_FRAMEWORK) -> str:
+    """Alignment and uniformity (STS-B dev) of ``loss`` against the baseline, each with Holm p over
+    their 2-test family and the verdict."""
+    sig = significance(name, framework)
+    _, entry = _entry(sig, None)
+    tests, base = entry["ttest"][loss], sig["baseline"]
+    parts = []
+    for k in GEOMETRY:
+        if k not in tests:
+            continue
+        ours, theirs = entry["losses"][loss][k], entry["losses"][base][k]
+        parts.append(
+            f"{k} {fmt(ours['mean'], 3)} ± {fmt(ours['std'], 3)} against {fmt(theirs['mean'], 3)} "
+            f"({fmt_diff(tests[k], 3)}, Holm {_p(tests[k], 'p_holm')}, {_holm_word(tests[k])})"
+        )
+    who = (
+        f"{framework_label(framework)} + {loss_label(loss)}"
+        if framework != BASE_FRAMEWORK
+        else loss_label(loss)
+    )
+    return f"On STS-B dev, {who} against {loss_label(base)}: " + "; ".join(parts) + "."
+
+
+def frameworks_verdict(name: str, loss: str = "focal_infonce") -> str:
+    """Per framework of set ``name``: the STS-B and average gains and the alignment / uniformity
+    differences, each with its Holm p and verdict."""
+    sig = _read(result_set(name).significance_file)
+    out = []
+    for f in [BASE_FRAMEWORK, *(sig.get("frameworks") or {})]:
+        _, entry = _entry(significance(name, f), None)
+        t = entry["ttest"][loss]
+        out.append(
+            f"{framework_label(f)}: STS-B {fmt_diff(t['STSBenchmark'])} (Holm {_p(t['STSBenchmark'], 'p_holm')}, "
+            f"{_holm_word(t['STSBenchmark'])}), average {fmt_diff(t['avg'])} (Holm {_p(t['avg'], 'p_holm')}, "
+            f"{_holm_word(t['avg'])}), alignment {fmt_diff(t['alignment'], 3)} (Holm "
+            f"{_p(t['alignment'], 'p_holm')}), uniformity {fmt_diff(t['uniformity'], 3)} (Holm "
+            f"{_p(t['uniformity'], 'p_holm')})."
+        )
+    return "\n".join(f"* {line}" for line in out)
+
+
+def welch(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Two-sided Welch t-test p of two paired tests' per-seed differences (mean, sd, n of each)."""
+    from scipy.stats import ttest_ind_from_stats
+
+    return float(
+        ttest_ind_from_stats(
+            a["mean_diff"], sd_diff(a), a["n"], b["mean_diff"], sd_diff(b), b["n"], equal_var=False
+        ).pvalue
+    )
+
+
+def compare_table(
+    before: str, after: str, loss: str = "focal_infonce", before_framework: str = BASE_FRAMEWORK
+) -> str:
+    """Set ``after`` against set ``before``: per column each set's mean score per loss, how far it
+    moved, each set's Δ (``loss`` − baseline) and the Welch t p of the two sets' per-seed differences."""
+    sa, sb = significance(before, before_framework), significance(after)
+    (_, ea), (_, eb) = _entry(sa, None), _entry(sb, None)
+    keys = [k for k in STS_KEYS if k in eb["ttest"][loss] and k in ea["ttest"][loss]]
+    rows = []
+    for lo in _losses(sb, eb):
+        if lo not in ea["losses"]:
+            continue
+        rows.append([f"{loss_label(lo)}, {before}", *(fmt_summary(ea["losses"][lo][k]) for k in keys)])
+        rows.append(
+            [
+                f"{loss_label(lo)}, moved by",
+                *(format(eb["losses"][lo][k]["mean"] - ea["losses"][lo][k]["mean"], "+.2f") for k in keys),
+            ]
+        )
+    ta, tb = ea["ttest"][loss], eb["ttest"][loss]
+    rows.append([f"Δ, {before}", *(fmt_diff(ta[k]) for k in keys)])
+    rows.append([f"Δ, {after}", *(fmt_diff(tb[k]) for k in keys)])
+    rows.append(
+        [
+            "Δ moved, Welch p",
+            *(f"{tb[k]['mean_diff'] - ta[k]['mean_diff']:+.2f}, {welch(ta[k], tb[k]):.2g}" for k in keys),
+        ]
+    )
+    return _md(["", *(column_label(k) for k in keys)], rows)
+
+
+def compare_sentence(
+    before: str,
+    after: str,
+    key: str = "avg",
+    loss: str = "focal_infonce",
+    before_framework: str = BASE_FRAMEWORK,
+) -> str:
+    """One comparison of two sets on column ``key``: each set's Δ and the Welch t of their per-seed
+    differences, with the verdict at α (the difference of the Δs detected or not)."""
+    sa, sb = significance(before, before_framework), significance(after)
+    ta, tb = _entry(sa, None)[1]["ttest"][loss][key], _entry(sb, None)[1]["ttest"][loss][key]
+    p = welch(ta, tb)
+    alpha = sb["alpha"]
+    verdict = (
+        f"the two differ (p < {alpha})"
+        if p < alpha
+        else f"no difference between them is detected at α = {alpha} (with {ta['n']} and {tb['n']} seeds)"
+    )
+    return (
+        f"{loss_label(loss)} − {loss_label(sb['baseline'])} on {column_label(key)}: {fmt_diff(ta)} in "
+        f"`{before}` (Holm {_p(ta, 'p_holm')}), {fmt_diff(tb)} in `{after}` (Holm {_p(tb, 'p_holm')}); "
+        f"Welch t over the two sets' per-seed differences: p {p:.2g}, {verdict}."
+    )
+
+
+def grad_norm_sentence(threshold: float = 1.0) -> str:
+    """How often the checkout's own training runs clipped: pre-clip gradient norms above ``threshold``
+    (``grad_norm`` in the loss curves), per loss the range over seeds of the count and of the maximum."""
+    params, data = _default_data()
+    parts = []
+    for loss in params.sweep.losses:
+        counts, maxima, steps = [], [], set()
+        for (_, lo, _), (curve, _) in sorted(data.curves.items()):
+            norms = [r["grad_norm"] for r in curve if lo == loss and r.get("grad_norm") is not None]
+            if norms:
+                counts.append(sum(n > threshold for n in norms))
+                maxima.append(max(norms))
+                steps.add(len(norms))
+        if counts:
+            parts.append(
+                f"at {_range(counts, 'd')} of {_and_steps(steps)} steps for {loss_label(loss)} "
+                f"(maximum {_range(maxima, '.1f')})"
+            )
+    return (
+        f"Pre-clip gradient norms (`grad_norm` in `metrics/curves/loss/`) exceed {threshold:g} "
+        + ", ".join(parts)
+        + "."
+    )
+
+
+def _range(values: Sequence[float], spec: str) -> str:
+    lo, hi = min(values), max(values)
+    return format(lo, spec) if lo == hi else f"{format(lo, spec)}–{format(hi, spec)}"
+
+
+def _and_steps(steps: set[int]) -> str:
+    return "/".join(str(s) for s in sorted(steps))
+
+
+def last_step_sentence() -> str:
+    """Whether the checkout's own runs picked their last STS-B dev checkpoint (the report's sentence)."""
+    params, data = _default_data()
+    return last_step_note(params, data, params.sweep.backbones[0]) or "No run recorded its best step."
+
+
+# ---------------------------------------------------------------- provenance
+def provenance(name: str) -> str:
+    """Set ``name``'s ``provenance.json`` as bullets (commit, parameter set, CPU, command, wall time, date)."""
+    record = _read(result_set(name).provenance_file)
+    lines = provenance_lines(record)
+    for later in record.get("recomputed") or []:
+        cpu = f" on {later['cpu_model']}" if later.get("cpu_model") else ""
+        lines.append(f"Later: {later['what']}, at `{later['commit'][:7]}`{cpu} (from {later['source']})")
+    return "\n".join(f"* {line}" for line in lines)
+
+
+def provenance_field(name: str, key: str) -> Any:
+    """One field of set ``name``'s provenance record (None when unrecorded)."""
+    return _read(result_set(name).provenance_file).get(key)
+
+
+def sets_table(names: Sequence[str]) -> str:
+    """One row per set: where its results are, its commit, parameter set, CPU, command and wall time
+    (its ``provenance.json``; ``not recorded`` where the record has no value)."""
+    rows = []
+    for name in names:
+        rs = result_set(name)
+        rec = _read(rs.provenance_file)
+        wall = rec.get("wall_seconds")
+        rows.append(
+            [
+                f"`{rs.provenance_file.parent.relative_to(Path.cwd()).as_posix()}/`",
+                f"`{str(rec['commit'])[:7]}`" if rec.get("commit") else "not recorded",
+                f"`{rec['param_set']}`" if rec.get("param_set") else "not recorded",
+                rec.get("cpu_model") or "not recorded",
+                f"`{rec['command']}`" if rec.get("command") else "not recorded",
+                f"{fmt_seconds(wall)} ({wall:.0f} s)" if wall is not None else "not recorded",
+            ]
+        )
+    return _md(["results", "commit", "parameter set", "CPU", "command", "wall time"], rows)
