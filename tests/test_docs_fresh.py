@@ -84,3 +84,25 @@ def test_a_set_without_its_files_is_refused_naming_the_file(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"docs/nowhere/significance\.json"):
         docs_blocks.sts_table("docs/nowhere")
+
+
+def test_the_determinism_sentence_says_what_the_runs_gave(tmp_path) -> None:
+    import json
+
+    from focalcse.report.docs_blocks import determinism_sentence
+
+    rec = {
+        "item": "train@x",
+        "command": "dvc repro --force -s train@x",
+        "commit": "abc1234",
+        "cpu": "AMD EPYC",
+    }
+    runs = [{"model_md5": "m1.dir", "final_loss": 0.5, "wall_s": 10}] * 3
+    (tmp_path / "d.json").write_text(json.dumps({**rec, "runs": runs}))
+    said = determinism_sentence("d.json", tmp_path)
+    assert "trained 3 times" in said and "all 3 gave the same model folder (`m1.dir`)" in said
+    runs = [*runs, {"model_md5": "m2.dir", "final_loss": 0.5, "wall_s": 10}]
+    (tmp_path / "d.json").write_text(json.dumps({**rec, "runs": runs}))
+    said = determinism_sentence("d.json", tmp_path)
+    assert "4 times" in said and "2 distinct model folders (`m1.dir`, `m2.dir`)" in said
+    assert "1 distinct final losses" in said

@@ -419,3 +419,26 @@ def sets_table(names: Sequence[str]) -> str:
             ]
         )
     return _md(["results", "commit", "parameter set", "CPU", "command", "wall time"], rows)
+
+
+DETERMINISM_FILE = "docs/determinism.json"
+
+
+def determinism_sentence(path: str | Path = DETERMINISM_FILE, root: str | Path | None = None) -> str:
+    """What the determinism repeat measured (``docs/determinism.json``: one item trained n times from
+    scratch, each run's model md5 and final loss): how many runs, how many distinct model md5s."""
+    rec = _read((Path.cwd() if root is None else Path(root)) / path)
+    runs = rec["runs"]
+    md5s = list(dict.fromkeys(r["model_md5"] for r in runs))
+    losses = list(dict.fromkeys(r["final_loss"] for r in runs))
+    same = len(md5s) == 1 and len(losses) == 1
+    verdict = (
+        f"all {len(runs)} gave the same model folder (`{md5s[0]}`) and final loss {losses[0]!r}"
+        if same
+        else f"they gave {len(md5s)} distinct model folders ({', '.join(f'`{m}`' for m in md5s)}) and "
+        f"{len(losses)} distinct final losses"
+    )
+    return (
+        f"`{rec['item']}` trained {len(runs)} times from scratch (`{rec['command']}`) at commit "
+        f"`{rec['commit']}` on the {rec['cpu']} kind: {verdict}."
+    )

@@ -421,8 +421,8 @@ def tolerance_text(tol: Tolerance) -> str:
     if tol.source is None:
         return (
             f"No cross-CPU-kind comparison is recorded ({Layout().reproduction_tolerance_file.as_posix()} is "
-            "absent), so every value must equal the committed one exactly (reruns on the AMD EPYC kind are "
-            "bit-identical; on the Intel Xeon kind a few item trainings were not)."
+            "absent), so every value must equal the committed one exactly (within one CPU kind a rerun of "
+            "an item is byte-identical: docs/determinism.json)."
         )
     figures = ", ".join(f"{name} {value:.3g}" for name, value in tol.per_table.items())
     return (
