@@ -302,15 +302,12 @@ def code_deps(name: str, project: Project | None = None, **values: str) -> list[
     siblings = sorted(p for p in lines if p.startswith("stages/") and p != rel_script)
     src = [concrete.get(p, p) for p in sorted({p for p in lines if p.startswith("src/")})]
     folders = []
-    for folder in st.code_folders:
+    # a code folder must hold a module the stage imports; a named one (read by name) any module
+    for folder, imported in [*((f, True) for f in st.code_folders), *((f, False) for f in st.named_folders)]:
         inside = project.files(folder)
-        if not inside & set(src):
+        if imported and not inside & set(src):
             raise ValueError(f"{name}: code folder {folder} holds no module the stage imports")
-        src = [p for p in src if p not in inside]
-        folders.append(folder)
-    for folder in st.named_folders:
-        inside = project.files(folder)
-        if not any(p.endswith(".py") for p in inside):
+        if not imported and not any(p.endswith(".py") for p in inside):
             raise ValueError(f"{name}: named folder {folder} holds no module")
         src = [p for p in src if p not in inside]
         folders.append(folder)

@@ -292,9 +292,9 @@ def _framework_recipes(params: Params, differs: list[str], matches: list[str]) -
                 )
             )
         settings = params.framework_settings(f)
+        words = getattr(settings_obj, "recipe_phrase", None)
         for key, want in official["settings"].items():
             have = settings.get(key)
-            words = getattr(settings_obj, "recipe_phrase", None)
             phrase = words(key, have, want) if words is not None else None
             good, bad = phrase or (f"{key} {_fmt(want)}", f"{key} {_fmt(have)} (official: {_fmt(want)})")
             check_items.append((have == want, good, bad))
