@@ -105,9 +105,10 @@ def run_record(
 ) -> dict[str, Any]:
     """What produced this run's results, at its end (the report stage): commit, parameter set
     (``tracking.experiment``), this machine's CPU model and matmul flags (``/proc/cpuinfo``), the
-    command and the wall time since it started (from ``make reproduce``'s environment), the date, and
-    the sum of the stage wall times the metrics files record. A field that cannot be known is None,
-    its reason under ``unrecorded``."""
+    command, the wall time since it started and the date it ended (from ``make reproduce``'s
+    environment), and the sum of the stage wall times the metrics files record. A field that cannot be
+    known is None, its reason under ``unrecorded``. Outside ``make reproduce`` the record holds no
+    clock reading, so a plain ``dvc repro`` of an unchanged run rebuilds a byte-identical report."""
     import os
     import time
     from datetime import datetime, timezone
@@ -124,20 +125,20 @@ def run_record(
         "cpu_flags": cpu["cpu_flags"],
         "command": env.get(RUN_COMMAND_ENV),
         "wall_seconds": None,
-        "date": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
+        "date": None,
         "stage_seconds": round(sum(s for s, _ in wall_times(data).values()), 1),
         "unrecorded": {},
     }
     started = env.get(RUN_STARTED_ENV)
     if started:
+        record["date"] = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")
         try:
             record["wall_seconds"] = round(now - float(started), 1)
         except ValueError:
             record["unrecorded"]["wall_seconds"] = f"{RUN_STARTED_ENV}={started!r} is not epoch seconds"
     else:
-        record["unrecorded"]["wall_seconds"] = (
-            f"not started through `make reproduce` ({RUN_STARTED_ENV} unset)"
-        )
+        why = f"not started through `make reproduce` ({RUN_STARTED_ENV} unset)"
+        record["unrecorded"]["wall_seconds"] = record["unrecorded"]["date"] = why
     if record["command"] is None:
         record["unrecorded"]["command"] = f"not started through `make reproduce` ({RUN_COMMAND_ENV} unset)"
     if record["param_set"] is None:
