@@ -19,8 +19,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q $(TORCH_CONSTRAINT) -e ".[dev,pipeline]"
 	touch $(STAMP)
 
+# the suite runs on PYTEST_WORKERS pytest-xdist processes (one torch thread each; the end-to-end tests'
+# stages run one thread too), so a 2-core machine keeps both cores busy; PYTEST_WORKERS=0 runs it in
+# this one process
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # `make reproduce` runs the committed params.yaml; `make reproduce PARAMS=paper` first writes
 # params.yaml = params.yaml + the overlay params/paper.yaml (focalcse params use; it says so, and

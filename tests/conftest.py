@@ -15,6 +15,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import random  # noqa: E402
+import shutil  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -196,20 +197,43 @@ def tiny_sts_dir(tmp_path: Path) -> Path:
 
 
 # ---------------------------------------------------------------- one tiny `dvc repro`, shared
+def _built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> Path:
+    """``build(folder)`` once per test run: under pytest-xdist the workers share one build (the first
+    to ask builds it under a file lock, the others wait for it), so the tiny ``dvc repro`` that most
+    end-to-end tests start from runs once, not once per worker. A failed build leaves no marker, so
+    the next worker to ask builds it again (and fails with its own error)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the run's folder, above every worker's own
+    done, folder = shared / f"{name}.built", shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed half-way
+            folder.mkdir()
+            done.write_text(str(build(folder)))
+    return Path(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def tiny_backbone(tmp_path_factory) -> Path:
     """A random 2-layer BERT (MiniLM tokenizer) saved as an HF folder."""
     from focalcse.testing.project import save_tiny_backbone
 
-    return save_tiny_backbone(tmp_path_factory.mktemp("backbone") / "tiny")
+    return _built_once(tmp_path_factory, "backbone", lambda d: save_tiny_backbone(d / "tiny"))
 
 
 @pytest.fixture(scope="session")
 def tiny_repro(tmp_path_factory, data_mirror, tiny_backbone) -> Path:
     """A copy of the repo with the tiny config after one full ``dvc repro``. Shared by the end-to-end
-    tests: treat it as read-only (copy it with ``shutil.copytree`` before changing anything)."""
+    tests (and by the pytest-xdist workers): treat it as read-only (copy it with ``shutil.copytree``
+    before changing anything)."""
     from focalcse.testing.project import make_tiny_project, project_env, run
 
-    dest = make_tiny_project(tmp_path_factory.mktemp("proj") / "repo", data_mirror, tiny_backbone)
-    run(["dvc", "repro"], dest, project_env(dest), timeout=1500)
-    return dest
+    def build(folder: Path) -> Path:
+        dest = make_tiny_project(folder / "repo", data_mirror, tiny_backbone)
+        run(["dvc", "repro"], dest, project_env(dest), timeout=1500)
+        return dest
+
+    return _built_once(tmp_path_factory, "proj", build)
