@@ -295,6 +295,12 @@ def _ignoring_sigint() -> None:  # what a shell without job control gives a back
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _default_sigint() -> None:  # what an interactive shell gives; set, not inherited: a pytest-xdist
+    import signal  # worker, or a suite started in the background, may itself have SIGINT ignored
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 INTERRUPTIBLE = textwrap.dedent(
     """
     import os, signal, sys, time
@@ -315,7 +321,7 @@ def test_a_worker_gets_sigint_back_when_it_inherited_it_ignored(ignored: bool) -
         capture_output=True,
         text=True,
         timeout=60,
-        preexec_fn=_ignoring_sigint if ignored else None,
+        preexec_fn=_ignoring_sigint if ignored else _default_sigint,
     )
     assert proc.stdout.split() == [str(ignored), str(ignored)], proc.stderr
     # the SIGINT was heard: KeyboardInterrupt, then Python ends by that signal
