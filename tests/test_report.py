@@ -1221,7 +1221,10 @@ def test_the_report_writes_and_prints_what_produced_the_run(synthetic, monkeypat
     # outside `make reproduce`: no command nor wall time, each with its reason
     bare = run_record(params, ReportData(significance={}), "c", env={}, now=2000.0)
     assert bare["command"] is None and bare["wall_seconds"] is None and bare["date"] is None
-    assert RUN_STARTED_ENV in bare["unrecorded"]["wall_seconds"] and RUN_STARTED_ENV in bare["unrecorded"]["date"]
+    assert (
+        RUN_STARTED_ENV in bare["unrecorded"]["wall_seconds"]
+        and RUN_STARTED_ENV in bare["unrecorded"]["date"]
+    )
     # no clock reading outside `make reproduce`: two builds an hour apart write the same record
     assert run_record(params, ReportData(significance={}), "c", env={}, now=5600.0) == bare
     assert run_record(params, ReportData(significance={}), "c", env={RUN_STARTED_ENV: "1500"}, now=2000.0)[

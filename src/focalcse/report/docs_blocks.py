@@ -421,6 +421,7 @@ def sets_table(names: Sequence[str]) -> str:
     return _md(["results", "commit", "parameter set", "CPU", "command", "wall time"], rows)
 
 
+TEST_SUITE_FILE = "docs/test-suite.json"  # the last timed `.ci/run` from a fresh clone
 DETERMINISM_FILE = "docs/determinism.json"
 
 
@@ -441,4 +442,23 @@ def determinism_sentence(path: str | Path = DETERMINISM_FILE, root: str | Path |
     return (
         f"`{rec['item']}` trained {len(runs)} times from scratch (`{rec['command']}`) at commit "
         f"`{rec['commit']}` on the {rec['cpu']} kind: {verdict}."
+    )
+
+
+def suite_sentence(path: str | Path = TEST_SUITE_FILE, root: str | Path | None = None) -> str:
+    """The last timed test run (``docs/test-suite.json``: `.ci/run` from a fresh clone): its commit,
+    CPU kind, counts, pytest and total wall time against the 25-minute target."""
+    rec = _read((Path.cwd() if root is None else Path(root)) / path)
+    counts = ", ".join(f"{rec[k]} {k}" for k in ("passed", "skipped", "failed", "error") if rec.get(k))
+    total, target = rec["total_seconds"], rec["target_seconds"]
+    return (
+        f"`{rec['command']}` from a fresh clone of `{rec['commit']}` ({rec['setup']}) on the {rec['cpu']} "
+        f"kind ({rec['cores']} cores), {rec['date']}: {counts or 'no tests'}; pytest {rec['pytest_seconds']} s "
+        f"on {rec['workers']} pytest-xdist workers, {total} s in all "
+        + (
+            f"(under the {target // 60}-minute target)."
+            if total < target
+            else f"(over the {target // 60}-minute target)."
+        )
+        + (f" Failed: {', '.join(f'`{t}`' for t in rec['failures'])}." if rec.get("failures") else "")
     )
