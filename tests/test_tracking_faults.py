@@ -61,6 +61,9 @@ def test_hanging_client_never_blocks_and_sync_delivers(tmp_path: Path, monkeypat
         assert slowest < 0.05
         lines = tracking.read_queue(queue / f"{run_id}.jsonl")
         assert sum(r["t"] == "m" for r in lines) == 3 * n + n // 50  # every metric, at once
+        deadline = time.monotonic() + 30  # the sender thread runs when the scheduler lets it (2 busy cores)
+        while fake.calls < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert fake.calls >= 1  # the sender is stuck in log_batch
         t0 = time.perf_counter()
         line = trk.end("FINISHED")
