@@ -30,12 +30,15 @@ test: $(STAMP)
 # params.yaml = params.yaml + the overlay params/paper.yaml (focalcse params use; it says so, and
 # `git checkout params.yaml` restores the default), recorded in dvc.lock and MLflow like any run.
 # Either way the parameters are validated before DVC reads dvc.yaml (docs/reliability.md).
+# Last, the default's run re-renders the numbers README.md and docs/*.md quote (`make docs`) from the
+# results it just wrote; another set's run leaves the docs alone (it shares the output tree).
 PARAMS ?=
 reproduce: $(STAMP)
 	@if [ -n "$(PARAMS)" ]; then $(VENV)/bin/focalcse params use $(PARAMS) || exit 2; \
 	else $(VENV)/bin/focalcse params check || exit 2; fi
 	FOCALCSE_RUN_STARTED=$$(date +%s) FOCALCSE_RUN_COMMAND="make reproduce$(if $(PARAMS), PARAMS=$(PARAMS))" \
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+	@if [ -z "$(PARAMS)" ]; then echo "cog -r README.md docs/*.md"; $(VENV)/bin/cog -r $(DOCS) >/dev/null || exit 1; fi
 
 # The numbers of README.md and docs/*.md, rendered from the committed result files between cog markers
 # (src/focalcse/report/docs_blocks.py); `make docs-check` (and tests/test_docs_fresh.py) fails on a stale block.
