@@ -18,7 +18,8 @@ from focalcse.layout import Layout, companion_file
 from focalcse.report.reproduced import load_tolerance, source_paths, tolerance_text
 
 REPO = Path(__file__).resolve().parents[1]
-START, END = "<!-- reproduced:tolerance -->", "<!-- /reproduced:tolerance -->"
+START = "<!-- [[[cog from focalcse.report import docs_blocks as d; cog.outl(d.tolerance_sentence()) ]]] -->"
+END = "<!-- [[[end]]] -->"
 
 
 def git(root: Path, *args: str) -> str:
@@ -162,7 +163,7 @@ def test_a_bad_revision_or_folder_is_one_line(repo: Path, tmp_path: Path, capsys
 
 def test_readme_quotes_the_tolerance_as_the_command_states_it() -> None:
     readme = (REPO / "README.md").read_text()
-    assert START in readme and END in readme, f"README.md lacks the {START} ... {END} block"
+    assert START in readme, f"README.md lacks the cog block {START!r}"
     block = readme.split(START, 1)[1].split(END, 1)[0].strip()
     expected = tolerance_text(load_tolerance(Layout.at(REPO)))
-    assert block == expected, f"README.md's tolerance block is stale; it should read:\n{expected}"
+    assert block == expected, f"README.md's tolerance block is stale (make docs); it should read:\n{expected}"

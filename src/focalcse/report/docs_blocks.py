@@ -462,3 +462,11 @@ def suite_sentence(path: str | Path = TEST_SUITE_FILE, root: str | Path | None =
         )
         + (f" Failed: {', '.join(f'`{t}`' for t in rec['failures'])}." if rec.get("failures") else "")
     )
+
+
+def tolerance_sentence(root: str | Path | None = None) -> str:
+    """Where `focalcse reproduced`'s tolerance comes from (the recorded cross-CPU-kind comparison, or
+    exact matching without one), as the command prints it."""
+    from focalcse.report.reproduced import load_tolerance, tolerance_text
+
+    return tolerance_text(load_tolerance(Layout.at(Path.cwd() if root is None else Path(root))))
