@@ -45,11 +45,15 @@ def test_the_documents_have_rendered_blocks() -> None:
 
 
 def copy_checkout(dst: Path) -> Path:
-    """The documents, params and committed result files, without the rest of the checkout."""
+    """The documents, params and committed result and benchmark files, without the rest of the checkout."""
     for name in ("README.md", "params.yaml"):
         shutil.copy2(ROOT / name, dst / name)
     for folder in ("docs", "metrics", "params"):
         shutil.copytree(ROOT / folder, dst / folder)
+    # docs/performance.md renders the committed benchmark files
+    shutil.copytree(
+        ROOT / "benchmarks", dst / "benchmarks", ignore=shutil.ignore_patterns("*.py", "__pycache__", "*.sh")
+    )
     (dst / "reports").mkdir()
     shutil.copy2(ROOT / "reports/provenance.json", dst / "reports/provenance.json")
     return dst

@@ -1,0 +1,160 @@
+"""docs/performance.md's rendered blocks (:mod:`focalcse.report.bench_blocks`): each reads the value
+its committed benchmark file holds, checked here against independent computations (scipy's paired t
+from the per-seed scores, ratios recomputed from the sentences/s, padding counted by hand), and a
+changed benchmark value makes the document stale."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from focalcse.report import bench_blocks as b
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import padding  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def _rows(markdown: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines()[2:]]
+
+
+def test_the_quality_table_is_scipys_paired_t_of_the_per_seed_scores():
+    q = json.loads((ROOT / "benchmarks/quality_unpad_20.json").read_text())
+    a, c = np.array(q["dev"]["ours-bf16"]), np.array(q["dev"]["ours-bf16-padded"])
+    table = b.quality_table(
+        [
+            ("1–10", "benchmarks/quality_unpad_20.json", "test_seeds_1_10"),
+            ("1–20", "benchmarks/quality_unpad_20.json", "test"),
+        ],
+        "ours-bf16",
+        "ours-bf16-padded",
+    )
+    for row, n in zip(_rows(table), (10, 20), strict=True):
+        d = a[:n] - c[:n]
+        t = stats.ttest_rel(a[:n], c[:n])
+        lo, hi = t.confidence_interval(0.95)
+        assert row[3].strip("*") == b.signed(d.mean())
+        assert row[4].strip("*") == f"{b.num(lo)} to {b.signed(hi)}"
+        assert row[5] == f"{t.pvalue:.2f}"
+    deltas = b.quality_deltas("benchmarks/quality_unpad_20.json", "ours-bf16", "ours-bf16-padded", [(1, 20)])
+    assert deltas.count(",") == 19 and b.signed(float(a[-1] - c[-1])) in deltas
+    assert b.largest_seed_difference("benchmarks/quality_unpad_20.json", "ours-bf16", "ours-bf16-padded") == (
+        f"±{np.abs(a - c).max():.2f}"
+    )
+
+
+def test_the_training_table_ratios_are_the_sentences_per_second_divided():
+    tr = json.loads((ROOT / "benchmarks/train_results.json").read_text())["train"]
+    rows = {r[0].strip("*"): r for r in _rows(b.train_table())}
+    assert set(rows) == set(tr)
+    for side, s in tr.items():
+        who, prec = side.split("-")[:2]
+        assert rows[side][1].strip("*") == f"{s['sentences_per_second']:.1f}"
+        st = tr[f"st-{prec}"]["sentences_per_second"]
+        if who == "ours":
+            assert rows[side][2].split(" ")[0].strip("*") == f"{s['sentences_per_second'] / st:.2f}×"
+        assert rows[side][3] == f"{s['sentences_per_second'] / tr['st-fp32']['sentences_per_second']:.2f}×"
+    head = b.train_headline()
+    assert (
+        f"{tr['ours-bf16']['sentences_per_second'] / tr['ours-bf16-padded']['sentences_per_second']:.2f}× in bf16"
+        in head
+    )
+
+
+def test_ci_reading_and_detects_follow_the_files(tmp_path):
+    def write(name, lo, hi, sig):
+        t = {
+            "treatment": "x",
+            "baseline": "y",
+            "mean_diff": (lo + hi) / 2,
+            "ci_low": lo,
+            "ci_high": hi,
+            "p_value": 0.01 if sig else 0.5,
+            "n": 5,
+            "alpha": 0.05,
+            "significant": sig,
+        }
+        path = tmp_path / name
+        path.write_text(json.dumps({"quality": {"test": t}}))
+        return str(path)
+
+    inside, outside = write("a.json", -0.1, 0.15, False), write("b.json", -0.05, 0.31, True)
+    text = b.ci_reading([("A", inside, "test"), ("B", outside, "test")])
+    assert (
+        "wider than the ±0.2 asked with seeds B (+0.31)" in text and "within it with seeds A (+0.15)" in text
+    )
+    assert b.detects(outside).startswith("detects a difference") and b.detects(inside).startswith(
+        "detects no"
+    )
+
+
+def test_padding_stats_count_by_hand():
+    lengths = [3, 5, 2, 2]
+    got = padding.padding_stats(lengths, [[0, 1], [2, 3]])
+    # batch 1 pads to 5: 10 positions, 8 real; batch 2 pads to 2: 4 positions, 4 real
+    assert (got["real_tokens"], got["padded_positions"]) == (12, 14)
+    assert got["padding_share"] == pytest.approx(2 / 14) and got["max_speedup"] == pytest.approx(14 / 12)
+
+
+def test_the_committed_padding_file_is_consistent():
+    rec = json.loads((ROOT / "benchmarks/padding.json").read_text())
+    for side in (
+        rec["train"]["pipeline_sample"],
+        rec["train"]["random_sample"],
+        rec["eval"]["sorted"],
+        rec["eval"]["unsorted"],
+    ):
+        assert side["padding_share"] == pytest.approx(1 - side["real_tokens"] / side["padded_positions"])
+    assert rec["eval"]["sorted"]["real_tokens"] == rec["eval"]["unsorted"]["real_tokens"]
+    assert rec["eval"]["unique_sentences"] <= rec["eval"]["sentences"]
+    assert f"{100 * rec['train']['pipeline_sample']['padding_share']:.1f} %" in b.train_padding()
+
+
+def test_performance_md_renders_its_tables():
+    text = (ROOT / "docs/performance.md").read_text()
+    for name in (
+        "train_table",
+        "train_history",
+        "quality_table",
+        "levers_table",
+        "profile_pair_table",
+        "profile_table",
+        "full_preset_table",
+        "train_padding",
+        "eval_padding",
+    ):
+        assert f"b.{name}(" in text, name
+
+
+def test_a_missing_file_or_key_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        b.load("benchmarks/nope.json")
+    with pytest.raises(KeyError, match="no 'train.ghost"):
+        b.value("benchmarks/train_results.json", "train.ghost.sentences_per_second")
+    with pytest.raises(KeyError, match="lever 'ghost'"):
+        b.lever_ms("ghost")
+
+
+def test_editing_a_benchmark_value_makes_performance_md_stale(tmp_path, monkeypatch):
+    from test_docs_fresh import cog_check, copy_checkout
+
+    root = copy_checkout(tmp_path)
+    assert cog_check(root, monkeypatch)[0] == 0
+    path = root / "benchmarks/train_results.json"
+    doc = json.loads(path.read_text())
+    doc["train"]["ours-bf16"]["sentences_per_second"] += 5.0
+    path.write_text(json.dumps(doc))
+    status, out = cog_check(root, monkeypatch)
+    assert status != 0 and "docs/performance.md" in out, out
