@@ -36,7 +36,9 @@ def test_profile_of_a_tiny_step_accounts_for_the_step(tmp_path, data_mirror, tin
     assert (packing == 0) == padded
     # the parts plus the unaccounted rest are the hooked steps' total, and the shares are of that total
     named, rest = sum(report["seconds"].values()), report["unaccounted_seconds"]
-    assert rest >= -1e-3 and sum(report["share"].values()) == pytest.approx(named / (named + rest), abs=1e-2)  # each rounded to 4 places
+    assert rest >= -1e-3 and sum(report["share"].values()) == pytest.approx(
+        named / (named + rest), abs=1e-2
+    )  # each rounded to 4 places
     # idle, the parts account for ~0.99 of the step; the bound leaves room for a loaded runner
     assert report["step_seconds_plain"] > 0 and 0.8 < sum(report["share"].values()) <= 1.0001
     assert "| part of the step |" in proc.stdout
