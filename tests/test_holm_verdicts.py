@@ -199,7 +199,7 @@ def test_the_framework_sentences_decide_on_holm(tmp_path) -> None:
         "frameworks": {f: {"backbones": {b: entry}} for f in ("promptbert", "diffcse")},
     }
     data = ReportData(significance=doc)
-    for text in (prose.promptbert_sentence(params, data, b), prose.diffcse_sentence(params, data, b)):
+    for text in (prose.framework_claim(params, data, b, f) for f in ("promptbert", "diffcse")):
         assert not SIGNIFICANT.search(text)
         assert (
             "+0.84 (raw p = 0.012, Holm p = 0.064 over the 8-column STS family, n = 3; not significant at α = 0.05 after Holm)"

@@ -511,3 +511,28 @@ def test_direction_words_follow_which_way_is_better_and_decide_on_holm() -> None
     for test, family in ((down, None), ({k: v for k, v in down.items() if k != "p_holm"}, fam)):
         said = _direction(test, 0.05, family, lower_is_better=True)
         assert "significant" not in said.replace("no significance verdict", "") and "descriptive" in said
+
+
+def test_the_paper_claims_come_from_each_frameworks_settings(three, monkeypatch) -> None:
+    """The §5.3 section and the paragraph after Table 3 are what each framework's settings class
+    declares (``PAPER_CLAIM``), not names the report knows: without PromptBERT's claim its section
+    goes; DiffCSE's claim moved to a section of its own brings its table and paragraph there."""
+    from focalcse.core.frameworks.settings.diffcse import DiffCSEConfig
+    from focalcse.core.frameworks.settings.promptbert import PromptBERTConfig
+
+    params, root = three
+    b = params.sweep.backbones[0]
+    monkeypatch.setattr(PromptBERTConfig, "PAPER_CLAIM", None)
+    claim = {"where": "section", "heading": "DiffCSE's claim", "table": "DiffCSE claim", "measures": [("STSBenchmark", {}), ("alignment", {"lower_is_better": True, "digits": 4}), ("uniformity", {"lower_is_better": True, "digits": 3})]}  # fmt: skip
+    monkeypatch.setattr(DiffCSEConfig, "PAPER_CLAIM", claim)
+    md, tables_ = _build(params, root)
+    assert "PromptBERT with Focal-InfoNCE (§5.3)" not in md and "against PromptBERT:" not in md
+    assert not [t for t in tables_ if t.startswith("PromptBERT + Focal-InfoNCE (§5.3)")]
+    section = md.split("## DiffCSE's claim", 1)[1].split("\n## ", 1)[0]
+    table = _table(tables_, f"DiffCSE claim — {b}")
+    assert table[0][2:] == ["STS-B", "Alignment ↓", "Uniformity ↓"]
+    rows = {r[0]: r for r in table[1:]}
+    check_block(rows, root, params, "diffcse", b, ["STSBenchmark", "alignment", "uniformity"], holm=False)
+    assert section.count("against DiffCSE: STS-B ") == 1  # its paragraph moved under its table
+    table3_part = md.split("## Table 3", 1)[1].split("\n## ", 1)[0]
+    assert "against DiffCSE:" not in table3_part

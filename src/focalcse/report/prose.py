@@ -137,74 +137,39 @@ def _device(runs: Sequence[dict[str, Any]]) -> str:
     return f"{kinds.pop()} " if len(kinds) == 1 and None not in kinds else ""
 
 
-def promptbert_sentence(params: Params, data: ReportData, backbone: str) -> str:
-    """One plain paragraph: what the measured PromptBERT numbers on ``backbone`` do and do not say
-    about §5.3 (no gain from Focal-InfoNCE with PromptBERT; the paper's guess why)."""
-    sig = data.significance_of("promptbert")
-    entry = sig["backbones"][backbone]
-    parts = []
-    for loss, tests in entry.get("ttest", {}).items():
-        parts.append(
-            f"{run_label('promptbert', loss, sig['baseline'])} against PromptBERT: 7-task average "
-            f"{_said(sig, tests, 'avg')}, STS-B {_said(sig, tests, 'STSBenchmark')}"
-        )
-    measured = "; ".join(parts) if parts else "no loss was tested against PromptBERT's baseline-loss runs"
-    n_seeds = len(params.sweep.seeds)
-    runs = [ev for (b, _, _), ev in data.framework_evals.get("promptbert", {}).items() if b == backbone]
-    device = _device(runs)
-    size = f"{params.data.num_sentences:,} training sentences, {n_seeds} seed{'s' if n_seeds != 1 else ''}"
-    paper = set(published_backbones())
-    if not {backbone_key(backbone), backbone_key(params.backbone_source(backbone))} & paper:
-        setting = f"in small {device}runs from `{backbone}` ({size}), not from the paper's BERT-base"
-    else:
-        setting = f"in {device}runs from `{backbone}` ({size})"
-    return (
-        f"Measured here, {setting}: {measured}. The paper (§5.3) saw no improvement from Focal-InfoNCE "
-        "with PromptBERT and guessed that PromptBERT's positives come from two different templates, not "
-        "from dropout alone. These numbers can agree or disagree with the paper's finding only for this "
-        "setting: a difference not significant after Holm from so few seeds is not evidence of no "
-        "effect, a significant one on this backbone and corpus need not carry over to BERT-base, and "
-        "nothing here "
-        "tests the paper's explanation (that would need PromptBERT runs that change how positives are "
-        "made)."
-    )
+def paper_claim(params: Params, framework: str) -> dict[str, Any] | None:
+    """Framework ``framework``'s ``PAPER_CLAIM`` (its settings class: where the report checks the
+    paper's claim about it, and on which measures), or None when it declares none."""
+    return getattr(params.frameworks.settings(framework), "PAPER_CLAIM", None)
 
 
-def diffcse_sentence(params: Params, data: ReportData, backbone: str) -> str | None:
-    """One plain paragraph: what the measured DiffCSE numbers on ``backbone`` do and do not say about
-    the paper's Table 3 claim (Focal-InfoNCE improves DiffCSE's alignment, uniformity and STS-B);
-    None without DiffCSE runs there."""
-    if not framework_has_runs(data, "diffcse", backbone):
+def framework_claim(params: Params, data: ReportData, backbone: str, framework: str) -> str | None:
+    """One plain paragraph: what ``framework``'s measured numbers on ``backbone`` do and do not say
+    about the paper's claim on it, worded by its settings class (``claim_paragraph``) from the verdict
+    of each measure its ``PAPER_CLAIM`` names; None without a claim or without its runs there."""
+    claim = paper_claim(params, framework)
+    if claim is None or not framework_has_runs(data, framework, backbone):
         return None
-    sig = data.significance_of("diffcse")
+    sig = data.significance_of(framework)
     entry = sig["backbones"][backbone]
-    parts = [
-        f"{run_label('diffcse', loss, sig['baseline'])} against DiffCSE: STS-B "
-        f"{_said(sig, tests, 'STSBenchmark')}, alignment "
-        f"{_said(sig, tests, 'alignment', lower_is_better=True, digits=4)}, "
-        f"uniformity {_said(sig, tests, 'uniformity', lower_is_better=True, digits=3)}"
+    measured = [
+        (
+            run_label(framework, loss, sig["baseline"]),
+            {key: _said(sig, tests, key, **options) for key, options in claim["measures"]},
+        )
         for loss, tests in entry.get("ttest", {}).items()
     ]
-    measured = "; ".join(parts) if parts else "no loss was tested against DiffCSE's baseline-loss runs"
     n_seeds = len(params.sweep.seeds)
-    size = f"{params.data.num_sentences:,} training sentences, {n_seeds} seed{'s' if n_seeds != 1 else ''}"
-    generator = params.frameworks.diffcse.generator or "the small MLM of the pretrain_generator stage"
+    runs = [ev for (b, _, _), ev in data.framework_evals.get(framework, {}).items() if b == backbone]
     paper = set(published_backbones())
-    small = not {backbone_key(backbone), backbone_key(params.backbone_source(backbone))} & paper
-    setting = f"in {'small ' if small else ''}runs from `{backbone}` ({size}, generator: {generator})"
-    return (
-        f"Measured here, {setting}: {measured} (alignment and uniformity: lower is better). The paper's Table 3 reports that Focal-InfoNCE improves DiffCSE on BERT-base in "
-        "alignment, uniformity and STS-B Spearman; its numbers were lost in the captured text, so only the "
-        "direction can be compared. These runs test that direction for this setting only: "
-        + (
-            "a backbone already tuned for sentence similarity, a short run and a weak stand-in generator "
-            "(distilbert-base-uncased cannot be downloaded here) are far from the paper's, so agreement does "
-            "not confirm the BERT-base result and disagreement does not refute it; "
-            if small
-            else ""
-        )
-        + "a difference not significant after Holm from so few seeds is not evidence of no effect."
-    )
+    facts = {
+        "backbone": backbone,
+        "measured": measured,
+        "size": f"{params.data.num_sentences:,} training sentences, {n_seeds} seed{'s' if n_seeds != 1 else ''}",
+        "device": _device(runs),
+        "small": not {backbone_key(backbone), backbone_key(params.backbone_source(backbone))} & paper,
+    }
+    return params.frameworks.settings(framework).claim_paragraph(facts)
 
 
 def band_sentence(kind: str, points: Sequence[AblationPoint], band: SeedBand | None) -> str:

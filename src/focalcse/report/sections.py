@@ -7,9 +7,11 @@ build need no change. The table builders (``table2`` ...) are pure: params and d
 :class:`~focalcse.report.render.Table` out.
 
 A sweep with frameworks besides SimCSE (``sweep.frameworks``) adds, and only then: a section on the
-frameworks (DiffCSE's generator, PromptBERT's denoising), Table 2 for every framework, their published
-rows for reference, Table 3 over every framework (the paper's layout: SimCSE, SimCSE + Focal-InfoNCE,
-DiffCSE, DiffCSE + Focal-InfoNCE, ...) and the PromptBERT rows of §5.3. Every test is within one
+frameworks (each one's ``report_notes()``), Table 2 for every framework, their published rows for
+reference, Table 3 over every framework (the paper's layout: SimCSE, SimCSE + Focal-InfoNCE, DiffCSE,
+DiffCSE + Focal-InfoNCE, ...) and what each framework's ``PAPER_CLAIM`` asks for (DiffCSE: a paragraph
+after Table 3; PromptBERT: the §5.3 section). Each is declared by the framework's settings class, so
+this module names no framework besides SimCSE. Every test is within one
 framework and backbone (:mod:`focalcse.eval.significance`). The per-run figures (training curves,
 the alignment-uniformity scatter), the ablations and the hard negatives stay SimCSE's.
 """
@@ -28,9 +30,9 @@ from focalcse.report.labels import column_label, framework_label, loss_label, me
 from focalcse.report.prose import (
     band_line,
     band_sentence,
-    diffcse_sentence,
+    framework_claim,
     last_step_note,
-    promptbert_sentence,
+    paper_claim,
 )
 from focalcse.report.provenance import PROVENANCE_FILE, provenance_items, provenance_lines
 from focalcse.report.published import (
@@ -51,11 +53,11 @@ from focalcse.report.tables import (
     ablation_defaults,
     ablation_scores,
     ablation_table,
+    claim_table,
     framework_has_runs,
     framework_published_reference,
     hard_negatives_table,
     power_table,
-    promptbert_table,
     published_gain_note,
     published_label,
     seed_band,
@@ -203,8 +205,14 @@ def alignment_uniformity(ctx: Context) -> None:
     ctx.doc.h2("Table 3: alignment, uniformity and STS-B")
     for b in ctx.data.significance["backbones"]:
         ctx.doc.table(table3(ctx.params, ctx.data, b))
-        if "diffcse" in ctx.params.sweep.frameworks and (text := diffcse_sentence(ctx.params, ctx.data, b)):
-            ctx.doc.p(text)
+        for f in ctx.params.sweep.frameworks:  # the paper's claims checked after Table 3 (DiffCSE's)
+            claim = paper_claim(ctx.params, f)
+            if (
+                claim is not None
+                and claim["where"] == "table3"
+                and (text := framework_claim(ctx.params, ctx.data, b, f)) is not None
+            ):
+                ctx.doc.p(text)
     points = [
         {
             "backbone": b,
@@ -359,18 +367,21 @@ def frameworks(ctx: Context) -> None:
     ctx.doc.bullets(framework_notes(ctx.params))
 
 
-def promptbert(ctx: Context) -> None:
-    """Only with PromptBERT in the sweep: §5.3's comparison, per backbone, and what it says."""
-    if "promptbert" not in ctx.params.sweep.frameworks:
-        return
-    ctx.doc.h2("PromptBERT with Focal-InfoNCE (§5.3)")
-    for b in ctx.params.sweep.backbones_of("promptbert"):
-        table = promptbert_table(ctx.params, ctx.data, b)
-        if table is None:
-            ctx.doc.p(f"`{b}`: no evaluated PromptBERT item in metrics/significance.json yet.")
+def framework_claims(ctx: Context) -> None:
+    """A section per framework whose ``PAPER_CLAIM`` asks for one (PromptBERT's §5.3): per backbone,
+    its claim table and what it says."""
+    for f in ctx.params.sweep.frameworks:
+        claim = paper_claim(ctx.params, f)
+        if claim is None or claim["where"] != "section":
             continue
-        ctx.doc.table(table)
-        ctx.doc.p(promptbert_sentence(ctx.params, ctx.data, b))
+        ctx.doc.h2(claim["heading"])
+        for b in ctx.params.sweep.backbones_of(f):
+            table = claim_table(ctx.params, ctx.data, b, f)
+            if table is None:
+                ctx.doc.p(f"`{b}`: no evaluated {framework_label(f)} item in metrics/significance.json yet.")
+                continue
+            ctx.doc.table(table)
+            ctx.doc.p(framework_claim(ctx.params, ctx.data, b, f))
 
 
 # The report, top to bottom.
@@ -382,7 +393,7 @@ SECTIONS: list[Section] = [
     sts_tables,
     power,
     alignment_uniformity,
-    promptbert,
+    framework_claims,
     ablations,
     focal_figure,
     training_curves,

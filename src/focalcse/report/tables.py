@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
+from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig, all_frameworks
 from focalcse.eval.stats import POWER, Span, seeds_needed, span
 from focalcse.layout import ABLATION_KINDS
 from focalcse.report.data import AblationPoint, ReportData, ablation_default
@@ -223,12 +223,18 @@ def framework_published_reference(params: Params, data: ReportData) -> Table | N
         for r in rows_
     ]
     names = _and(list(dict.fromkeys(framework_label(r.framework) for r in rows_)))
+    # what each framework of the sweep says of the paper's own numbers for it, in the registry's order
+    said = [
+        note
+        for f in all_frameworks()
+        if f in params.sweep.frameworks
+        and (note := getattr(params.frameworks.settings(f), "PUBLISHED_NOTE", ""))
+    ]
     caption = (
         f"{names} as their own authors published them (unsupervised, each framework's own InfoNCE-based "
-        "objective, no Focal-InfoNCE), for reference only: not produced here, each with its source. The "
-        "Focal-InfoNCE paper's own DiffCSE and DiffCSE + Focal-InfoNCE numbers (its Table 3) were lost in "
-        "the captured text, so none is shown; §5.3 reports no gain of Focal-InfoNCE with PromptBERT "
-        "without a table. Compare none of these rows with the runs above, which start from another "
+        "objective, no Focal-InfoNCE), for reference only: not produced here, each with its source. "
+        + (f"{'; '.join(said)}. " if said else "")
+        + "Compare none of these rows with the runs above, which start from another "
         "backbone and train on a small sample."
     )
     return Table(
@@ -295,33 +301,52 @@ def framework_table3(params: Params, data: ReportData, backbone: str) -> Table:
     return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
 
 
-def promptbert_table(params: Params, data: ReportData, backbone: str) -> Table | None:
-    """§5.3: PromptBERT trained with the baseline loss against PromptBERT with every other loss, the
-    7-task average and STS-B, Δ, raw p and Holm p (of PromptBERT's Table 2 family); None without
-    PromptBERT runs on ``backbone``."""
-    if not framework_has_runs(data, "promptbert", backbone):
+# how a claim table's caption names a measure it shows (``PAPER_CLAIM`` measures, report/prose.py)
+_CLAIM_COLUMNS = {"STSBenchmark": "STS-B = STS-B test"}
+
+
+def claim_table(params: Params, data: ReportData, backbone: str, framework: str) -> Table | None:
+    """The table of a framework's ``PAPER_CLAIM`` section (PromptBERT's §5.3): the framework trained
+    with the baseline loss against it with every other loss on the claim's measures, Δ, raw p and
+    Holm p (of the framework's Table 2 family); None without its runs on ``backbone``."""
+    claim = getattr(params.frameworks.settings(framework), "PAPER_CLAIM", None)
+    if claim is None or not framework_has_runs(data, framework, backbone):
         return None
-    sig = data.significance_of("promptbert")
-    keys = [k for k in ("avg", "STSBenchmark") if k in metric_columns(params, sig)]
+    sig = data.significance_of(framework)
+    name = framework_label(framework)
+    geometry = {k: (label, digits) for k, label, digits in TABLE3_KEYS if k != "STSBenchmark"}
+    keys = [k for k, _ in claim["measures"] if k in metric_columns(params, sig) or k in geometry]
     rows, classes = loss_rows(
         params,
         sig,
         backbone,
-        [(k, 2) for k in keys],
+        [(k, geometry[k][1] if k in geometry else 2) for k in keys],
         holm=True,
-        label=framework_runs_label(params, "promptbert"),
+        label=framework_runs_label(params, framework),
     )
     n_tasks = len([c for c in metric_columns(params, sig) if c != "avg"])
     family = holm_family_text(sig, "avg") or "no Holm family"
+    named = [
+        f"Avg. = the {n_tasks}-task average" if k == "avg" else _CLAIM_COLUMNS.get(k, column_label(k))
+        for k in keys
+        if k not in geometry
+    ]
+    geo = [k for k in keys if k in geometry]
     caption = (
-        f"Avg. = the {n_tasks}-task average, STS-B = STS-B test, Spearman × 100, mean ± std (ddof 1) over "
-        "seeds; Δ and raw p: two-sided paired t-test over matched seeds against PromptBERT trained with "
-        f"the baseline loss (`{sig['baseline']}`) (the same tests as in PromptBERT's Table 2); p (Holm): "
-        f"adjusted within {family} of PromptBERT's Table 2, on which the sentence below decides."
+        f"{', '.join(named)}, Spearman × 100, mean ± std (ddof 1) over "
+        f"seeds; Δ and raw p: two-sided paired t-test over matched seeds against {name} trained with "
+        f"the baseline loss (`{sig['baseline']}`) (the same tests as in {name}'s Table 2); p (Holm): "
+        f"adjusted within {family} of {name}'s Table 2"
+        + (
+            f" ({' and '.join(geo)}: within {holm_family_text(sig, geo[0]) or 'no Holm family'}; lower is better)"
+            if geo
+            else ""
+        )
+        + ", on which the sentence below decides."
     )
     return Table(
-        f"PromptBERT + Focal-InfoNCE (§5.3) — {backbone}",
-        ["Model", "seeds", *[column_label(k) for k in keys]],
+        f"{claim['table']} — {backbone}",
+        ["Model", "seeds", *[geometry[k][0] if k in geometry else column_label(k) for k in keys]],
         rows,
         caption,
         classes,

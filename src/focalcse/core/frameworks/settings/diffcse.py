@@ -141,6 +141,52 @@ class DiffCSEConfig:
         )
         return f"generator `{want}`", f"{bad} (official: `{want}`)"
 
+    # The paper's claim about DiffCSE, as the report checks it (report/prose.py ``framework_claim``):
+    # a paragraph after each backbone's Table 3 on these tests of DiffCSE + loss against DiffCSE
+    # (key, ``_direction`` options); :meth:`claim_paragraph` words it.
+    PAPER_CLAIM: ClassVar[dict[str, Any]] = {
+        "where": "table3",
+        "measures": [
+            ("STSBenchmark", {}),
+            ("alignment", {"lower_is_better": True, "digits": 4}),
+            ("uniformity", {"lower_is_better": True, "digits": 3}),
+        ],
+    }
+    # what the published-rows caption says of the paper's own DiffCSE numbers
+    PUBLISHED_NOTE: ClassVar[str] = (
+        "The Focal-InfoNCE paper's own DiffCSE and DiffCSE + Focal-InfoNCE numbers (its Table 3) were lost "
+        "in the captured text, so none is shown"
+    )
+
+    def claim_paragraph(self, facts: Mapping[str, Any]) -> str:
+        """What the measured DiffCSE numbers on one backbone do and do not say about the paper's
+        Table 3 claim (Focal-InfoNCE improves DiffCSE's alignment, uniformity and STS-B). ``facts``
+        (the report's): ``backbone``, ``measured`` (run label, {measure: its verdict phrase}) per
+        tested loss, ``size``, ``device``, ``small`` (the backbone is not one of the paper's)."""
+        parts = [
+            f"{label} against DiffCSE: STS-B {said['STSBenchmark']}, alignment {said['alignment']}, "
+            f"uniformity {said['uniformity']}"
+            for label, said in facts["measured"]
+        ]
+        measured = "; ".join(parts) if parts else "no loss was tested against DiffCSE's baseline-loss runs"
+        generator = self.generator or "the small MLM of the pretrain_generator stage"
+        small = facts["small"]
+        setting = f"in {'small ' if small else ''}runs from `{facts['backbone']}` ({facts['size']}, generator: {generator})"
+        return (
+            f"Measured here, {setting}: {measured} (alignment and uniformity: lower is better). The paper's "
+            "Table 3 reports that Focal-InfoNCE improves DiffCSE on BERT-base in alignment, uniformity and "
+            "STS-B Spearman; its numbers were lost in the captured text, so only the direction can be "
+            "compared. These runs test that direction for this setting only: "
+            + (
+                "a backbone already tuned for sentence similarity, a short run and a weak stand-in generator "
+                "(distilbert-base-uncased cannot be downloaded here) are far from the paper's, so agreement does "
+                "not confirm the BERT-base result and disagreement does not refute it; "
+                if small
+                else ""
+            )
+            + "a difference not significant after Holm from so few seeds is not evidence of no effect."
+        )
+
     def report_notes(self) -> list[str]:
         """What DiffCSE is here, for the report: its loss, masking, projector and generator."""
         if self.generator:

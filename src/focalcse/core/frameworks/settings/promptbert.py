@@ -5,6 +5,7 @@ so its items alone depend on this file.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -81,6 +82,39 @@ class PromptBERTConfig:
             "test sets scored without template denoising (official evaluation.py), dev selection denoised",
             "test sets scored *with* template denoising (`eval_denoise: true`): a variant; the official "
             "evaluation.py scores the unsupervised models without it",
+        )
+
+    # The paper's claim about PromptBERT (§5.3), as the report checks it (report/prose.py
+    # ``framework_claim``): a section of its own, per backbone a table of these measures of PromptBERT
+    # + loss against PromptBERT (key, ``_direction`` options) and :meth:`claim_paragraph` under it.
+    PAPER_CLAIM: ClassVar[dict[str, Any]] = {
+        "where": "section",
+        "heading": "PromptBERT with Focal-InfoNCE (§5.3)",
+        "table": "PromptBERT + Focal-InfoNCE (§5.3)",
+        "measures": [("avg", {}), ("STSBenchmark", {})],
+    }
+    # what the published-rows caption says of the paper's own PromptBERT numbers
+    PUBLISHED_NOTE: ClassVar[str] = "§5.3 reports no gain of Focal-InfoNCE with PromptBERT without a table"
+
+    def claim_paragraph(self, facts: Mapping[str, Any]) -> str:
+        """What the measured PromptBERT numbers on one backbone do and do not say about §5.3 (no gain
+        from Focal-InfoNCE with PromptBERT; the paper's guess why). ``facts``: see DiffCSEConfig."""
+        parts = [
+            f"{label} against PromptBERT: 7-task average {said['avg']}, STS-B {said['STSBenchmark']}"
+            for label, said in facts["measured"]
+        ]
+        measured = "; ".join(parts) if parts else "no loss was tested against PromptBERT's baseline-loss runs"
+        runs = f"{facts['device']}runs from `{facts['backbone']}` ({facts['size']})"
+        setting = f"in small {runs}, not from the paper's BERT-base" if facts["small"] else f"in {runs}"
+        return (
+            f"Measured here, {setting}: {measured}. The paper (§5.3) saw no improvement from Focal-InfoNCE "
+            "with PromptBERT and guessed that PromptBERT's positives come from two different templates, not "
+            "from dropout alone. These numbers can agree or disagree with the paper's finding only for this "
+            "setting: a difference not significant after Holm from so few seeds is not evidence of no "
+            "effect, a significant one on this backbone and corpus need not carry over to BERT-base, and "
+            "nothing here "
+            "tests the paper's explanation (that would need PromptBERT runs that change how positives are "
+            "made)."
         )
 
     def report_notes(self) -> list[str]:
