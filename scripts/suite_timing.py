@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     ).stdout.strip()
     clone = Path(tempfile.mkdtemp(prefix="focalcse-suite-"))
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone / "repo")], check=True)
+    # the clone sits where CI's checkout does: beside ../shared (the data mirror the tests read)
+    if (REPO.parent / "shared").is_dir():
+        (clone / "shared").symlink_to(REPO.parent / "shared")
     log = clone / "ci.log"
     print(f"suite_timing: {commit} in {clone / 'repo'}; log {log}", flush=True)
     t0 = time.perf_counter()

@@ -59,17 +59,16 @@ def test_hardware_names_the_kernels_that_decide_the_last_bits() -> None:
     assert isinstance(hw["cpu_model"], str) and hw["cpu_model"]
 
 
-def test_prepared_sts_does_not_depend_on_where_the_mirror_lies(tmp_path: Path, monkeypatch) -> None:
-    import os
+def test_prepared_sts_does_not_depend_on_where_the_mirror_lies(
+    tmp_path: Path, monkeypatch, data_mirror: Path
+) -> None:
     import shutil
 
     from focalcse.config import load_params
     from focalcse.layout import Layout
     from focalcse.steps import prepare_sts
 
-    mirror = Path(
-        os.environ.get("FOCALCSE_DATA_MIRROR") or Path(__file__).resolve().parents[2] / "shared/data"
-    )
+    mirror = data_mirror  # skips, as every mirror test, when there is none
     monkeypatch.delenv("FOCALCSE_DATA_MIRROR", raising=False)
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
     outputs = []
