@@ -50,15 +50,17 @@ def test_hanging_client_never_blocks_and_sync_delivers(tmp_path: Path, monkeypat
     queue = tmp_path / "queue"
     trk = tracking.TrainRun(fake, run_id, uri=uri, queue=queue, close_timeout=0.5)
     try:
-        slowest, n = 0.0, 300
+        took, n = [], 300
         for step in range(1, n + 1):
             metrics = {"loss": 1.0 / step, "lr": 1e-5, "grad_norm": 0.5}
             if step % 50 == 0:
                 metrics["stsb_dev_spearman"] = float(step)  # kicks the sender
             t0 = time.perf_counter()
             trk.log_metrics(metrics, step)
-            slowest = max(slowest, time.perf_counter() - t0)
-        assert slowest < 0.05
+            took.append(time.perf_counter() - t0)
+        # the client hangs forever, so a call that waited on it would never return: any bound tells;
+        # 1 s, not 50 ms, for the slowest, since one preemption on a loaded 2-core runner can take that
+        assert max(took) < 1.0 and sorted(took)[n // 2] < 0.05
         lines = tracking.read_queue(queue / f"{run_id}.jsonl")
         assert sum(r["t"] == "m" for r in lines) == 3 * n + n // 50  # every metric, at once
         deadline = time.monotonic() + 30  # the sender thread runs when the scheduler lets it (2 busy cores)
