@@ -50,6 +50,7 @@ import quality
 import train_speed
 from common import (
     BASELINE_SIDE,
+    COMPILED_SIDES,
     PADDED_SIDES,
     PRESETS,
     REPO,
@@ -129,7 +130,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _sides(flag: str, value: str, count: int | None = None) -> list[str]:
     """The training sides named by ``--<flag>`` (``count`` of them if given); SystemExit otherwise."""
-    sides, known = split_list(value), TRAIN_SIDES + PADDED_SIDES
+    sides, known = split_list(value), TRAIN_SIDES + PADDED_SIDES + COMPILED_SIDES
     if any(s not in known for s in sides) or (count is not None and len(sides) != count):
         how_many = f"{count} of" if count is not None else "some of"
         raise SystemExit(f"--{flag} {value!r}: expected {how_many} {', '.join(known)}")

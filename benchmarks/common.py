@@ -32,6 +32,9 @@ TASKS = tuple(TASK_REGISTRY)  # every registered STS task (focalcse.data.tasks),
 TRAIN_SIDES = ("st-fp32", "ours-bf16", "st-bf16", "ours-fp32")
 # Opt-in sides (--train-sides / --quality-sides): our trainer with train.unpad false, the padded forward
 PADDED_SIDES = ("ours-bf16-padded", "ours-fp32-padded")
+# Opt-in sides: sentence-transformers' trainer with ``torch_compile=True`` (its best setting on CPU);
+# the like-for-like ratio is then against the faster of its eager and compiled sides
+COMPILED_SIDES = ("st-bf16-compiled", "st-fp32-compiled")
 BASELINE_SIDE = "st-fp32"  # sentence-transformers' recipe at its default precision
 
 # Sizes per preset; every key is also a CLI flag of bench.py (``--train-steps`` ...).
