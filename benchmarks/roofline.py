@@ -1,0 +1,180 @@
+"""A training step's arithmetic against this machine's matmul peak: how far from the limit the step runs.
+
+Three things, each written to the JSON:
+
+* the machine's **matmul peak**: ``torch.mm`` TFLOP/s in bf16 and fp32 on ``--threads`` threads, at
+  the step's own GEMM shapes (the packed real tokens of a training step times the layer widths of the
+  backbone) and at a large square, median of ``--reps`` timed calls after a warm-up;
+* the step's **matmul FLOPs**, counted from the backbone's config and the token lengths of the
+  pipeline's sample in the trainer's batches (the linear layers on the packed tokens, rounded up to a
+  multiple of 64 as ``core/unpad.py`` packs them; attention on each batch padded to its longest row,
+  as the unpadded path re-pads around it; the pooler MLP); the backward is counted as twice the
+  forward (a gradient for the input and one for the weight per matmul);
+* the **achieved** TFLOP/s: those FLOPs over the median step time of our trainer's sides in a
+  training benchmark file (``bench.py --only train``), and its share of the peak.
+
+Bytes moved are not counted. Run it on an otherwise idle machine (a minute or two)::
+
+    FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python benchmarks/roofline.py \
+        --train-json benchmarks/train_compiled_results.json --out-json benchmarks/roofline.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+PACK = 64  # core/unpad.py rounds the packed token count up to a multiple of this
+
+
+def step_flops(
+    lengths: Sequence[Sequence[int]], hidden: int, ffn: int, layers: int, mlp: bool = True
+) -> dict[str, float]:
+    """Matmul FLOPs of one training step, averaged over the given batches (each a list of the token
+    lengths of its sentences; both views of a sentence are counted: 2 rows each).
+
+    Forward per layer: the Q, K, V and output projections (4 d²) and the FFN (2 d f) on the packed
+    tokens T (rounded up to :data:`PACK`), 2 FLOPs per multiply-add; attention scores and context
+    (2 × 2 L² d per row, L the batch's longest row). Pooler MLP: 2 d² per row. Backward: 2 × forward."""
+    out = {"linear": 0.0, "attention": 0.0, "pooler": 0.0}
+    for batch in lengths:
+        rows = 2 * len(batch)  # two views
+        tokens = 2 * sum(batch)
+        packed = -(-tokens // PACK) * PACK
+        longest = max(batch)
+        out["linear"] += layers * 2 * packed * (4 * hidden * hidden + 2 * hidden * ffn)
+        out["attention"] += layers * 4 * rows * longest * longest * hidden
+        out["pooler"] += 2 * rows * hidden * hidden if mlp else 0.0
+    n = len(lengths)
+    forward = {k: v / n for k, v in out.items()}
+    total_forward = sum(forward.values())
+    return {
+        **{f"forward_{k}": v for k, v in forward.items()},
+        "forward": total_forward,
+        "step": 3 * total_forward,
+        "packed_tokens": statistics.mean(-(-2 * sum(b) // PACK) * PACK for b in lengths),
+    }
+
+
+def matmul_tflops(m: int, k: int, n: int, dtype: Any, reps: int, warmup: int = 3) -> float:
+    """Median TFLOP/s of ``torch.mm`` of an (m, k) by (k, n) matrix in ``dtype``."""
+    import torch
+
+    a = torch.randn(m, k).to(dtype)
+    b = torch.randn(k, n).to(dtype)
+    for _ in range(warmup):
+        torch.mm(a, b)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - t0)
+    return 2 * m * k * n / statistics.median(times) / 1e12
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data-mirror", default=os.environ.get("FOCALCSE_DATA_MIRROR"))
+    ap.add_argument("--params", default=str(REPO / "params.yaml"), help="the sample, batch and length")
+    ap.add_argument("--train-json", default=str(REPO / "benchmarks/train_compiled_results.json"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--square", type=int, default=2048, help="the large square GEMM's size")
+    ap.add_argument("--order-seed", type=int, default=1, help="the trainer's batch-order seed")
+    ap.add_argument("--out-json", default=None)
+    args = ap.parse_args(argv)
+    if not args.data_mirror:
+        ap.error("--data-mirror (or FOCALCSE_DATA_MIRROR) is required: the folder with corpus/")
+
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
+
+    from focalcse.config import load_params
+    from focalcse.core.backbones import resolve_backbone
+    from focalcse.core.batching import batch_order
+    from focalcse.data.corpus import read_sentences, sample_sentences
+
+    t0 = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    params = load_params(args.params)
+    train = params.train
+    backbone = resolve_backbone("all-MiniLM-L6-v2")
+    config = AutoConfig.from_pretrained(backbone)
+    tok = AutoTokenizer.from_pretrained(backbone)
+    corpus = read_sentences(Path(args.data_mirror) / "corpus" / "wiki1m_standin.txt.gz")
+    sentences = sample_sentences(corpus, params.data.num_sentences, params.data.seed)
+    lengths = [len(x) for x in tok(sentences, truncation=True, max_length=train.max_seq_len)["input_ids"]]
+    batches = [
+        [lengths[i] for i in b] for b in batch_order(len(sentences), train.batch_size, 1, args.order_seed)
+    ]
+    d, f, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    flops = step_flops(batches, d, f, layers)
+    t = int(flops["packed_tokens"] // PACK * PACK)
+    shapes = {
+        f"projection ({t}x{d} by {d}x{d})": (t, d, d),
+        f"FFN up ({t}x{d} by {d}x{f})": (t, d, f),
+        f"FFN down ({t}x{f} by {f}x{d})": (t, f, d),
+        f"square {args.square}": (args.square, args.square, args.square),
+    }
+    peak: dict[str, dict[str, float]] = {}
+    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        peak[name] = {label: round(matmul_tflops(*mkn, dtype, args.reps), 4) for label, mkn in shapes.items()}
+        print(f"{name}: " + ", ".join(f"{k} {v:.3f} TFLOP/s" for k, v in peak[name].items()), flush=True)
+    achieved: dict[str, dict[str, float]] = {}
+    train_json = Path(args.train_json)
+    if train_json.is_file():
+        tr = json.loads(train_json.read_text())["train"]
+        for side in ("ours-bf16", "ours-fp32"):
+            if side in tr:
+                step_s = tr[side]["median_step_ms"] / 1e3
+                tflops = flops["step"] / step_s / 1e12
+                prec = side.split("-")[1]
+                achieved[side] = {
+                    "median_step_seconds": step_s,
+                    "tflops": round(tflops, 4),
+                    "share_of_peak": round(tflops / max(peak[prec].values()), 4),
+                }
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    from focalcse.provenance import cpu_info
+
+    report = {
+        "command": "python benchmarks/roofline.py "
+        + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+        "commit": commit or None,
+        "cpu": cpu_info(),
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "backbone": {"name": "all-MiniLM-L6-v2", "hidden": d, "ffn": f, "layers": layers},
+        "batch": {
+            "sentences": train.batch_size,
+            "views": 2,
+            "max_seq_len": train.max_seq_len,
+            "batches": len(batches),
+        },
+        "step_flops": {k: round(v, 1) for k, v in flops.items()},
+        "peak_tflops": peak,
+        "achieved": achieved,
+        "train_json": os.path.relpath(train_json, REPO) if train_json.is_file() else None,
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+    }
+    text = json.dumps(report, indent=2) + "\n"
+    if args.out_json:
+        Path(args.out_json).write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
