@@ -158,3 +158,27 @@ def test_editing_a_benchmark_value_makes_performance_md_stale(tmp_path, monkeypa
     path.write_text(json.dumps(doc))
     status, out = cog_check(root, monkeypatch)
     assert status != 0 and "docs/performance.md" in out, out
+
+
+def test_the_best_of_sentence_transformers_is_recomputed_from_the_sentences_per_second():
+    tr = json.loads((ROOT / "benchmarks/train_compiled_results.json").read_text())["train"]
+    text = b.train_best("benchmarks/train_compiled_results.json", {"bf16": 1.5, "fp32": 1.4})
+    for prec in ("bf16", "fp32"):
+        rival = max((f"st-{prec}", f"st-{prec}-compiled"), key=lambda s: tr[s]["sentences_per_second"])
+        want = tr[f"ours-{prec}"]["sentences_per_second"] / tr[rival]["sentences_per_second"]
+        verdict = "at or above" if round(want, 2) >= {"bf16": 1.5, "fp32": 1.4}[prec] else "below"
+        assert f"**{want:.2f}×** in {prec}" in text and f"of `{rival}`, {verdict} the" in text
+
+
+def test_the_roofline_share_is_flops_over_step_time_over_the_best_gemm():
+    r = json.loads((ROOT / "benchmarks/roofline.json").read_text())
+    tr = json.loads((ROOT / r["train_json"]).read_text())["train"]
+    text = b.roofline_sentence()
+    for side in ("ours-bf16", "ours-fp32"):
+        prec = side.split("-")[1]
+        tflops = r["step_flops"]["step"] / (tr[side]["median_step_ms"] / 1e3) / 1e12
+        share = tflops / max(r["peak_tflops"][prec].values())
+        assert (
+            f"`{side}` {tr[side]['median_step_ms'] / 1e3:.3f} s a step, {tflops:.3f} TFLOP/s, {100 * share:.0f} %"
+            in text
+        )

@@ -81,7 +81,10 @@ def train_table(path: str | Path = "benchmarks/train_results.json") -> str:
         who, precision = name.split("-")[:2]
         bold = name in BOLD_SIDES
         like = _like(s, precision)
-        if who == "st":
+        if name.endswith("-compiled") and f"st-{precision}" in tr:  # against its own eager side
+            eager = tr[f"st-{precision}"]["sentences_per_second"]
+            like_cell = f"{ratio(s['sentences_per_second'] / eager)} of eager"
+        elif who == "st":
             like_cell = "1.00×"
         elif like is None:
             like_cell = "–"
@@ -149,6 +152,53 @@ def train_headline(path: str | Path = "benchmarks/train_results.json") -> str:
     )
     if pad:
         text += " The unpadded forward gives " + " and ".join(pad) + " over our padded one."
+    return text
+
+
+def _median(values: Sequence[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def train_best(path: str | Path, bars: dict[str, float]) -> str:
+    """Ours against sentence-transformers at its best (the faster of its eager and ``torch_compile``
+    sides at the same precision), each against ``bars`` (precision -> ratio asked), and what the
+    compilation costs: each side's start-up beyond the steady state and one CPU-default item's time."""
+    report, tr = _train(path)
+    parts = []
+    for precision in ("bf16", "fp32"):
+        ours = tr.get(f"ours-{precision}")
+        if ours is None or f"speedup_vs_st_{precision}_best" not in ours:
+            continue
+        best = ours[f"speedup_vs_st_{precision}_best"]
+        rival = ours[f"st_{precision}_best_side"]
+        bar = bars.get(precision)
+        verdict = "" if bar is None else f", {'at or above' if best >= bar else 'below'} the {bar:g}× asked"
+        parts.append(
+            f"**{ratio(best)}** in {precision} ({ours['sentences_per_second']:.1f} against "
+            f"{tr[rival]['sentences_per_second']:.1f} sentences/s of `{rival}`{verdict})"
+        )
+
+    def excess(name: str) -> str:  # each repetition's start-up, for a compiled side
+        reps = report.get("train_raw", {}).get(name, [])
+        each = [r["train_seconds"] - r["steps_run"] * _median(r["step_seconds"]) for r in reps]
+        return (
+            f"; reps {', '.join(f'{e:.1f}' for e in each)} s" if name.endswith("-compiled") and each else ""
+        )
+
+    timed = [
+        f"`{name}` {s['startup_excess_seconds']:.1f} s{excess(name)} ({s['item_seconds']:.0f} s)"
+        for name, s in tr.items()
+        if "item_seconds" in s
+    ]
+    text = "Against sentence-transformers at its best: " + " and ".join(parts) + "."
+    if timed:
+        text += (
+            " Start-up beyond the steady state (the run less its steps at the median step time; for a "
+            "compiled side, mostly compilation), and in brackets one CPU-default item of 128 steps at that "
+            "rate, start-up included: " + ", ".join(timed) + "."
+        )
     return text
 
 
@@ -574,4 +624,36 @@ def full_preset_like_for_like(results: str | Path = "benchmarks/results.json") -
         f"({tr['st-bf16']['sentences_per_second']:.1f} sentences/s), and in fp32 against fp32 it is "
         f"{ratio(tr['ours-fp32']['speedup_vs_st_fp32'])} faster. For evaluation, the fp32 path alone is "
         f"{ratio(ev['ours-fp32']['speedup_vs_st_fp32'])} faster than sentence-transformers"
+    )
+
+
+# ---------------------------------------------------------------- roofline
+def roofline_table(path: str | Path = "benchmarks/roofline.json") -> str:
+    """The machine's matmul TFLOP/s per shape and precision (``benchmarks/roofline.py``)."""
+    r = load(path)
+    peak = r["peak_tflops"]
+    shapes = list(peak["bf16"])
+    return _md(["GEMM", *peak], [[s, *[f"{peak[p][s]:.3f}" for p in peak]] for s in shapes])
+
+
+def roofline_sentence(path: str | Path = "benchmarks/roofline.json") -> str:
+    """The step's matmul FLOPs, what our trainer's step achieves, and its share of the measured peak."""
+    r = load(path)
+    f = r["step_flops"]
+    parts = []
+    for side, a in r["achieved"].items():
+        prec = side.split("-")[1]
+        peak = max(r["peak_tflops"][prec].values())
+        parts.append(
+            f"`{side}` {a['median_step_seconds']:.3f} s a step, {a['tflops']:.3f} TFLOP/s, "
+            f"{100 * a['share_of_peak']:.0f} % of the best {prec} GEMM ({peak:.3f} TFLOP/s; at most "
+            f"{1 / a['share_of_peak']:.2f}× faster if every FLOP ran at that rate)"
+        )
+    return (
+        f"{r['cpu']['cpu_model']}, {r['threads']} threads, torch {r['torch']} (`{r['command']}`, commit "
+        f"{r['commit']}): a training step of {r['batch']['sentences']} sentences × {r['batch']['views']} views "
+        f"({f['packed_tokens']:.0f} packed tokens on average over the sample's {r['batch']['batches']} batches) is "
+        f"{f['step'] / 1e9:.0f} GFLOP of matmuls ({f['forward'] / 1e9:.1f} forward, of which attention "
+        f"{f['forward_attention'] / 1e9:.1f}; the backward counted as twice the forward). Against the step "
+        f"times of [{r['train_json']}](../{r['train_json']}): " + "; ".join(parts) + "."
     )
