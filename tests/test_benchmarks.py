@@ -80,6 +80,7 @@ def test_bad_flags_stop_before_any_work(argv, message):
         ("results.json", "RESULTS.md"),
         ("quality.json", "QUALITY.md"),
         ("train_results.json", "TRAIN.md"),  # like for like, with the padded forward beside it
+        ("train_compiled_results.json", "TRAIN_COMPILED.md"),  # against ST eager and compiled
         ("quality_unpad.json", "QUALITY_UNPAD.md"),  # unpadded vs padded, seeds 1-5
         ("quality_unpad_6-10.json", "QUALITY_UNPAD_6-10.md"),
         ("quality_unpad_11-20.json", "QUALITY_UNPAD_11-20.md"),
@@ -99,8 +100,9 @@ def test_summaries_reproduce_the_committed_numbers():
     assert same(train_speed.summarise(report["train_raw"], report["config"]["batch_size"]), report["train"])
     assert same(eval_speed.summarise(report["eval_raw"]), report["eval"])
     assert same(focal_overhead.summarise(report["loss_raw"]), report["loss"])
-    like = json.loads((BENCH_DIR / "train_results.json").read_text())
-    assert same(train_speed.summarise(like["train_raw"], like["config"]["batch_size"]), like["train"])
+    for name in ("train_results.json", "train_compiled_results.json"):
+        like = json.loads((BENCH_DIR / name).read_text())
+        assert same(train_speed.summarise(like["train_raw"], like["config"]["batch_size"]), like["train"])
 
 
 def test_combined_unpad_quality_is_the_three_runs_and_scipys_paired_t():
