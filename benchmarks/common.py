@@ -98,6 +98,30 @@ class Bench:
 
 
 # ====================================================================== helpers (pure)
+def script_command(script: str, argv: Sequence[str] | None) -> str:
+    """How a benchmark script was run, for its JSON: ``python benchmarks/<script> <args>``."""
+    import shlex
+
+    return f"python benchmarks/{script} " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
+
+
+def short_commit() -> str | None:
+    """The checkout's short commit (None outside git)."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def emit_report(report: dict[str, Any], out_json: str | None) -> int:
+    """Print a script's JSON report and write it to ``out_json`` if given; exit status 0."""
+    text = json.dumps(report, indent=2) + "\n"
+    if out_json:
+        Path(out_json).write_text(text)
+    print(text, end="")
+    return 0
+
+
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
 

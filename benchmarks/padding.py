@@ -13,16 +13,13 @@ share), what removing every padding token could give work that scales with the t
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, emit_report, script_command, short_commit  # noqa: E402
 
 
 def padding_stats(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> dict[str, float | int]:
@@ -111,13 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sorted": padding_stats(lengths, chunks(by_length, args.eval_batch)),
         "unsorted": padding_stats(lengths, chunks(range(len(unique)), args.eval_batch)),
     }
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
     report = {
-        "command": "python benchmarks/padding.py "
-        + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "commit": commit or None,
+        "command": script_command("padding.py", argv),
+        "commit": short_commit(),
         "tokenizer": "all-MiniLM-L6-v2",
         "train": {
             "batch_size": train.batch_size,
@@ -128,11 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "eval": evaluation,
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }
-    text = json.dumps(report, indent=2) + "\n"
-    if args.out_json:
-        Path(args.out_json).write_text(text)
-    print(text, end="")
-    return 0
+    return emit_report(report, args.out_json)
 
 
 if __name__ == "__main__":

@@ -24,16 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, emit_report, script_command, short_commit  # noqa: E402
+
 PACK = 64  # core/unpad.py rounds the packed token count up to a multiple of this
 
 
@@ -144,15 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "tflops": round(tflops, 4),
                     "share_of_peak": round(tflops / max(peak[prec].values()), 4),
                 }
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
     from focalcse.provenance import cpu_info
 
     report = {
-        "command": "python benchmarks/roofline.py "
-        + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "commit": commit or None,
+        "command": script_command("roofline.py", argv),
+        "commit": short_commit(),
         "cpu": cpu_info(),
         "torch": torch.__version__,
         "threads": args.threads,
@@ -169,11 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "train_json": os.path.relpath(train_json, REPO) if train_json.is_file() else None,
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }
-    text = json.dumps(report, indent=2) + "\n"
-    if args.out_json:
-        Path(args.out_json).write_text(text)
-    print(text, end="")
-    return 0
+    return emit_report(report, args.out_json)
 
 
 if __name__ == "__main__":
