@@ -27,6 +27,7 @@ from focalcse.report.tables import (
     framework_has_runs,
     framework_runs_label,
     holm_family_text,
+    paper_claim,
 )
 
 # ---------------------------------------------------------------- table builders
@@ -135,12 +136,6 @@ def _device(runs: Sequence[dict[str, Any]]) -> str:
         hw = ev.get("meta", {}).get("hardware") or {}
         kinds.add(None if "cuda" not in hw else ("GPU" if hw["cuda"] else "CPU"))
     return f"{kinds.pop()} " if len(kinds) == 1 and None not in kinds else ""
-
-
-def paper_claim(params: Params, framework: str) -> dict[str, Any] | None:
-    """Framework ``framework``'s ``PAPER_CLAIM`` (its settings class: where the report checks the
-    paper's claim about it, and on which measures), or None when it declares none."""
-    return getattr(params.frameworks.settings(framework), "PAPER_CLAIM", None)
 
 
 def framework_claim(params: Params, data: ReportData, backbone: str, framework: str) -> str | None:

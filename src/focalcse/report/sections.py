@@ -32,7 +32,6 @@ from focalcse.report.prose import (
     band_sentence,
     framework_claim,
     last_step_note,
-    paper_claim,
 )
 from focalcse.report.provenance import PROVENANCE_FILE, provenance_items, provenance_lines
 from focalcse.report.published import (
@@ -57,6 +56,7 @@ from focalcse.report.tables import (
     framework_has_runs,
     framework_published_reference,
     hard_negatives_table,
+    paper_claim,
     power_table,
     published_gain_note,
     published_label,

@@ -301,6 +301,12 @@ def framework_table3(params: Params, data: ReportData, backbone: str) -> Table:
     return Table(f"Table 3 — {backbone}", header, rows, caption, classes)
 
 
+def paper_claim(params: Params, framework: str) -> dict[str, Any] | None:
+    """Framework ``framework``'s ``PAPER_CLAIM`` (its settings class: where the report checks the
+    paper's claim about it, and on which measures), or None when it declares none."""
+    return getattr(params.frameworks.settings(framework), "PAPER_CLAIM", None)
+
+
 # how a claim table's caption names a measure it shows (``PAPER_CLAIM`` measures, report/prose.py)
 _CLAIM_COLUMNS = {"STSBenchmark": "STS-B = STS-B test"}
 
@@ -309,7 +315,7 @@ def claim_table(params: Params, data: ReportData, backbone: str, framework: str)
     """The table of a framework's ``PAPER_CLAIM`` section (PromptBERT's §5.3): the framework trained
     with the baseline loss against it with every other loss on the claim's measures, Δ, raw p and
     Holm p (of the framework's Table 2 family); None without its runs on ``backbone``."""
-    claim = getattr(params.frameworks.settings(framework), "PAPER_CLAIM", None)
+    claim = paper_claim(params, framework)
     if claim is None or not framework_has_runs(data, framework, backbone):
         return None
     sig = data.significance_of(framework)
