@@ -298,6 +298,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]], batch_size: int) -> dict[st
             # item (ITEM_STEPS steps) would take at that rate, that excess included
             excess = [r["train_seconds"] - r["steps_run"] * median(r["step_seconds"]) for r in reps]
             out[side]["startup_excess_seconds"] = median(excess)
+            out[side]["startup_excess_seconds_per_rep"] = excess
+            out[side]["item_steps"] = ITEM_STEPS
             out[side]["item_seconds"] = median(
                 [e + ITEM_STEPS * median(r["step_seconds"]) for e, r in zip(excess, reps)]
             )

@@ -155,12 +155,6 @@ def train_headline(path: str | Path = "benchmarks/train_results.json") -> str:
     return text
 
 
-def _median(values: Sequence[float]) -> float:
-    import statistics
-
-    return statistics.median(values)
-
-
 def train_best(path: str | Path, bars: dict[str, float]) -> str:
     """Ours against sentence-transformers at its best (the faster of its eager and ``torch_compile``
     sides at the same precision), each against ``bars`` (precision -> ratio asked), and what the
@@ -180,23 +174,23 @@ def train_best(path: str | Path, bars: dict[str, float]) -> str:
             f"{tr[rival]['sentences_per_second']:.1f} sentences/s of `{rival}`{verdict})"
         )
 
-    def excess(name: str) -> str:  # each repetition's start-up, for a compiled side
-        reps = report.get("train_raw", {}).get(name, [])
-        each = [r["train_seconds"] - r["steps_run"] * _median(r["step_seconds"]) for r in reps]
+    def excess(name: str, s: dict[str, Any]) -> str:  # each repetition's start-up, for a compiled side
+        each = s.get("startup_excess_seconds_per_rep") or []
         return (
             f"; reps {', '.join(f'{e:.1f}' for e in each)} s" if name.endswith("-compiled") and each else ""
         )
 
     timed = [
-        f"`{name}` {s['startup_excess_seconds']:.1f} s{excess(name)} ({s['item_seconds']:.0f} s)"
+        f"`{name}` {s['startup_excess_seconds']:.1f} s{excess(name, s)} ({s['item_seconds']:.0f} s)"
         for name, s in tr.items()
         if "item_seconds" in s
     ]
+    steps = {s["item_steps"] for s in tr.values() if "item_steps" in s}
     text = "Against sentence-transformers at its best: " + " and ".join(parts) + "."
     if timed:
         text += (
             " Start-up beyond the steady state (the run less its steps at the median step time; for a "
-            "compiled side, mostly compilation), and in brackets one CPU-default item of 128 steps at that "
+            f"compiled side, mostly compilation), and in brackets one CPU-default item of {'/'.join(map(str, sorted(steps)))} steps at that "
             "rate, start-up included: " + ", ".join(timed) + "."
         )
     return text
