@@ -201,6 +201,17 @@ def backbone_path() -> str:
     return resolve_backbone(BACKBONE)
 
 
+def train_batch_lengths(
+    tokenizer: Any, sentences: Sequence[str], batch_size: int, max_len: int, order_seed: int
+) -> tuple[list[int], list[list[int]]]:
+    """Each sentence's token count as the trainer tokenises it (special tokens, truncated at
+    ``max_len``) and the trainer's batches of one epoch (indices, ``focalcse.core.batching``)."""
+    from focalcse.core.batching import batch_order
+
+    ids = tokenizer(list(sentences), truncation=True, max_length=max_len)["input_ids"]
+    return [len(x) for x in ids], batch_order(len(sentences), batch_size, 1, order_seed)
+
+
 def set_threads(spec: dict[str, Any]) -> None:
     import torch
 

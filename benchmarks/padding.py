@@ -19,7 +19,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from common import REPO, emit_report, script_command, short_commit  # noqa: E402
+from common import (
+    REPO,
+    backbone_path,
+    data_paths,
+    emit_report,
+    script_command,
+    short_commit,
+    train_batch_lengths,
+)
 
 
 def padding_stats(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> dict[str, float | int]:
@@ -67,21 +75,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     from focalcse.config import load_params
-    from focalcse.core.backbones import resolve_backbone
-    from focalcse.core.batching import batch_order
     from focalcse.data.corpus import read_sentences, sample_sentences
     from focalcse.data.tasks import PAPER_TASKS, load_split
 
     t0 = time.perf_counter()
     params = load_params(args.params)
     train = params.train
-    mirror = Path(args.data_mirror)
-    tok = AutoTokenizer.from_pretrained(resolve_backbone("all-MiniLM-L6-v2"))
-    corpus = read_sentences(mirror / "corpus" / "wiki1m_standin.txt.gz")
+    corpus_file, sts_dir = data_paths(args.data_mirror, None, None)
+    tok = AutoTokenizer.from_pretrained(backbone_path())
+    corpus = read_sentences(corpus_file)
 
     def train_side(sentences: list[str]) -> dict[str, float | int]:
-        lengths = [len(x) for x in tok(sentences, truncation=True, max_length=train.max_seq_len)["input_ids"]]
-        batches = batch_order(len(sentences), train.batch_size, 1, args.order_seed)
+        lengths, batches = train_batch_lengths(
+            tok, sentences, train.batch_size, train.max_seq_len, args.order_seed
+        )
         return {"sentences": len(sentences), **padding_stats(lengths, batches)}
 
     sample = {
@@ -94,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             **train_side(sample_sentences(corpus, args.random_n, args.random_seed)),
         },
     }
-    sts = mirror / "senteval" / "downstream"
+    sts = Path(sts_dir)
     splits = [load_split(sts, t) for t in PAPER_TASKS]
     every = [s for sp in splits for s in sp.sentences()]
     unique = list(dict.fromkeys(every))

@@ -30,9 +30,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import REPO, emit_report, script_command, short_commit  # noqa: E402
+from common import (
+    REPO,
+    backbone_path,
+    data_paths,
+    emit_report,
+    script_command,
+    short_commit,
+    train_batch_lengths,
+)
 
-PACK = 64  # core/unpad.py rounds the packed token count up to a multiple of this
+from focalcse.core.unpad import PACK_MULTIPLE as PACK  # the packed token count is rounded up to this
 
 
 def step_flops(
@@ -98,23 +106,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import AutoConfig, AutoTokenizer
 
     from focalcse.config import load_params
-    from focalcse.core.backbones import resolve_backbone
-    from focalcse.core.batching import batch_order
     from focalcse.data.corpus import read_sentences, sample_sentences
 
     t0 = time.perf_counter()
     torch.set_num_threads(args.threads)
     params = load_params(args.params)
     train = params.train
-    backbone = resolve_backbone("all-MiniLM-L6-v2")
+    backbone = backbone_path()
     config = AutoConfig.from_pretrained(backbone)
     tok = AutoTokenizer.from_pretrained(backbone)
-    corpus = read_sentences(Path(args.data_mirror) / "corpus" / "wiki1m_standin.txt.gz")
+    corpus = read_sentences(data_paths(args.data_mirror, None, None)[0])
     sentences = sample_sentences(corpus, params.data.num_sentences, params.data.seed)
-    lengths = [len(x) for x in tok(sentences, truncation=True, max_length=train.max_seq_len)["input_ids"]]
-    batches = [
-        [lengths[i] for i in b] for b in batch_order(len(sentences), train.batch_size, 1, args.order_seed)
-    ]
+    lengths, order = train_batch_lengths(tok, sentences, train.batch_size, train.max_seq_len, args.order_seed)
+    batches = [[lengths[i] for i in b] for b in order]
     d, f, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     flops = step_flops(batches, d, f, layers)
     t = int(flops["packed_tokens"] // PACK * PACK)
