@@ -6,8 +6,7 @@ shared folder ...). The coordinator flow ``reproduce-pool`` runs in your checkou
 
 * the cheap stages (``sample``, ``prepare_sts``, ``significance``, ``report`` ...) run locally, and
   their outputs and run-cache entries are pushed to the DVC remote;
-* each item of ``remote_stages`` (default: every ``train@``, ``evaluate@``, ``train_framework@``,
-  ``evaluate_framework@``, ``ablate_tau@`` and
+* each item of ``remote_stages`` (default: every ``train@``, ``evaluate@``, ``ablate_tau@`` and
   ``ablate_m@`` item) becomes a flow run of the ``dvc-stage-item`` deployment, which any worker of the
   pool picks up: it checks out the coordinator's commit, restores the item's upstream stages from the
   remote's run-cache, runs the item (logging to the shared MLflow server) and pushes the result;
@@ -65,7 +64,7 @@ from pipelines.flows import REPO, RETRY_BACKOFF_S, retry_if_transient, run_plan
 STAGE_FLOW = "dvc-stage-item"
 DEFAULT_DEPLOYMENT = f"{STAGE_FLOW}/pool"
 DEFAULT_POOL = "focalcse"
-REMOTE_STAGES = ("train", "evaluate", "train_framework", "evaluate_framework", "ablate_tau", "ablate_m")
+REMOTE_STAGES = ("train", "evaluate", "ablate_tau", "ablate_m")
 
 
 # ---------------------------------------------------------------- on a worker
@@ -82,7 +81,7 @@ def stage_item(
     """Run one DVC stage item at ``commit`` on this worker and push its result to the DVC remote.
 
     Args:
-        stage: the item (``train@all-MiniLM-L6-v2-focal_infonce-1``).
+        stage: the item (``train@simcse-all-MiniLM-L6-v2-focal_infonce-1``).
         commit: the coordinator's commit; git_url: where to clone it from.
         param_set: ``params/<name>.yaml`` to use, as the coordinator did (None = the commit's params.yaml).
         dvc_remote: a DVC remote URL for this checkout (None = the repository's default remote).

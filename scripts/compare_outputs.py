@@ -1,6 +1,6 @@
 """Compare two checkouts' pipeline outputs: are the models and every score the same?
 
-    python scripts/compare_outputs.py BEFORE_CHECKOUT AFTER_CHECKOUT
+    python scripts/compare_outputs.py BEFORE_CHECKOUT AFTER_CHECKOUT [--map 'REGEX=REPLACEMENT' ...]
 
 Checks, after a ``dvc repro`` in each checkout:
 
@@ -18,13 +18,23 @@ the split into companion files compare field by field. Files only in AFTER (new 
 ``significance.json`` changed shape when significance learnt to test every loss against the baseline
 (``ttest[key]`` became ``ttest[loss][key]``, ``paired_seeds`` became ``paired_seeds[loss]``, and the
 ``treatment`` key went); an old file is read in the new shape before comparing, by
-:func:`normalise_significance`. Exits 1 and lists every difference if any.
+:func:`normalise_significance`.
+
+``--map`` renames BEFORE's paths when a change moved outputs (``re.sub`` of each ``REGEX=REPLACEMENT``
+in order, on every dvc.lock output path and metrics file path of BEFORE), e.g. SimCSE's items gaining
+their framework component (docs/frameworks.md, "Moving a workspace")::
+
+    --map '^models/(?!generators/)=models/simcse/' \
+    --map '^(metrics/(train|eval|curves/loss|curves/dev)/)=\1simcse-'
+
+Exits 1 and lists every difference if any.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -105,12 +115,33 @@ def _loss_order(doc: dict[str, Any], like: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def compare(before: Path, after: Path) -> tuple[list[str], int, int, list[str]]:
+def parse_map(items: list[str]) -> list[tuple[re.Pattern[str], str]]:
+    """``["REGEX=REPLACEMENT", ...]`` as compiled pairs (the first ``=`` splits)."""
+    out = []
+    for item in items:
+        pattern, sep, repl = item.partition("=")
+        if not sep or not pattern:
+            raise SystemExit(f"--map {item!r}: expected REGEX=REPLACEMENT")
+        out.append((re.compile(pattern), repl))
+    return out
+
+
+def moved(path: str, mapping: list[tuple[re.Pattern[str], str]]) -> str:
+    for pattern, repl in mapping:
+        path = pattern.sub(repl, path)
+    return path
+
+
+def compare(
+    before: Path, after: Path, mapping: list[tuple[re.Pattern[str], str]] | None = None
+) -> tuple[list[str], int, int, list[str]]:
     """Differences, number of dvc.lock outputs compared, number of JSON documents compared, and the
-    documents / outputs only AFTER has."""
+    documents / outputs only AFTER has. ``mapping`` renames BEFORE's paths (:func:`parse_map`)."""
+    mapping = mapping or []
     problems: list[str] = []
     new: list[str] = []
-    outs_a, outs_b = lock_outs(before), lock_outs(after)
+    outs_a = {moved(p, mapping): md5 for p, md5 in lock_outs(before).items()}
+    outs_b = lock_outs(after)
     for path in sorted(set(outs_a) | set(outs_b)):
         if path.startswith(("metrics", "reports")):
             continue  # compared by content below (their md5 holds the commit and timings)
@@ -120,7 +151,8 @@ def compare(before: Path, after: Path) -> tuple[list[str], int, int, list[str]]:
             new.append(f"dvc.lock {path}")
         elif outs_a[path] != outs_b[path]:
             problems.append(f"dvc.lock {path}: md5 {outs_a[path]} vs {outs_b[path]}")
-    docs_a, docs_b = documents(before), documents(after)
+    docs_a = {Path(moved(rel.as_posix(), mapping)): doc for rel, doc in documents(before).items()}
+    docs_b = documents(after)
     for rel in sorted(set(docs_a) - set(docs_b)):
         problems.append(f"{rel}: only in before")
     new += [str(rel) for rel in sorted(set(docs_b) - set(docs_a))]
@@ -141,8 +173,11 @@ def main() -> int:
     )
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
+    parser.add_argument(
+        "--map", action="append", default=[], metavar="REGEX=REPLACEMENT", help="rename BEFORE's paths"
+    )
     args = parser.parse_args()
-    problems, n_outs, n_files, new = compare(args.before, args.after)
+    problems, n_outs, n_files, new = compare(args.before, args.after, parse_map(args.map))
     for line in problems:
         print(line)
     for line in new:

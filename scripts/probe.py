@@ -26,7 +26,7 @@ copy's ``src`` (``PYTHONPATH``). ``check``, ``sample`` and ``prepare_sts`` run f
 server`` (127.0.0.1, a free port, sqlite store and artifacts in the work folder) is started, and
 always stopped (its process group) at the end.
 
-1. Server down. (a) Baseline ``python stages/train.py all-MiniLM-L6-v2 infonce 1`` with the server
+1. Server down. (a) Baseline ``python stages/train.py simcse all-MiniLM-L6-v2 infonce 1`` with the server
    up: wall time, the model folder's digest (sha256 over sorted relative paths and contents, as
    ``focalcse.ops.tracking.folder_fingerprint``), the ``loss`` steps MLflow holds. (b) Outputs
    removed, the same command again, the server SIGKILLed ``--kill-after`` seconds in (not before the
@@ -79,7 +79,8 @@ from typing import Any
 
 import yaml
 
-from focalcse.layout import run_name, stage_name
+from focalcse.core.frameworks import default_framework
+from focalcse.layout import Layout, run_name, stage_name
 from focalcse.ops.tracking import folder_fingerprint  # as the train run's model_sha256
 from focalcse.testing.mlflow_server import MlflowServer, ServerError, free_port, kill_group
 from focalcse.testing.project import REPO, TINY_PARAMS, bad_mirror, copy_repo
@@ -191,12 +192,14 @@ class Item:
 
     def __init__(self, project: Path, env: dict[str, str], timeout: float, backbone: str) -> None:
         self.project, self.env, self.timeout = project, env, timeout
-        self.name = run_name(backbone, LOSS, SEED)
-        self.stage = stage_name("train", backbone, LOSS, SEED)
-        self.cmd = ["stages/train.py", backbone, LOSS, str(SEED)]
-        self.model_dir = project / "models" / backbone / LOSS / f"seed{SEED}"
+        framework = default_framework()
+        self.name = run_name(backbone, LOSS, SEED, framework)
+        self.stage = stage_name("train", backbone, LOSS, SEED, framework)
+        self.cmd = ["stages/train.py", framework, backbone, LOSS, str(SEED)]
+        item = Layout.at(project).train_item(backbone, LOSS, SEED, framework)
+        self.model_dir = item.model_dir
         self.work = self.model_dir.parent / f".{self.model_dir.name}.work"
-        self.metrics_file = project / "metrics" / "train" / f"{self.name}.json"
+        self.metrics_file = item.metrics_file
         self.queue = project / ".focalcse" / "tracking-queue"
         self.logs = project.parent / "logs"
         self.logs.mkdir(exist_ok=True)

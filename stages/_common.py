@@ -80,13 +80,10 @@ def params() -> Params:
 
 def matrix_args(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("framework", help="a registered framework (sweep.frameworks)")
     parser.add_argument("backbone")
     parser.add_argument("loss")
     parser.add_argument("seed", type=int)
-    # absent for SimCSE (the train / evaluate stages' commands carry no framework)
-    parser.add_argument(
-        "--framework", default="simcse", help="promptbert | diffcse (train_framework / evaluate_framework)"
-    )
     return parser.parse_args()
 
 

@@ -1,5 +1,4 @@
-"""DVC stages `evaluate@<backbone>-<loss>-<seed>` (SimCSE) and `evaluate_framework@<framework>-<backbone>-<loss>-<seed>`
-(``--framework promptbert|diffcse``): 7-task STS evaluation of one trained model."""
+"""DVC stage `evaluate@<framework>-<backbone>-<loss>-<seed>`: 7-task STS evaluation of one trained model."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Trains a small MLM on the training corpus with the backbone's tokenizer when the
 generator (its ``SPEC``) and its settings name none (``generator: ""``); otherwise writes only
 ``generator.json`` saying why not (fast, no torch)::
 
-    python stages/pretrain_generator.py all-MiniLM-L6-v2 --framework diffcse
+    python stages/pretrain_generator.py diffcse all-MiniLM-L6-v2
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from focalcse.steps import pretrain_generator
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("framework", help="a registered framework (sweep.frameworks)")
     parser.add_argument("backbone")
-    parser.add_argument("--framework", required=True, help="a registered framework (sweep.frameworks)")
     args = parser.parse_args()
     start = time.perf_counter()
     record = pretrain_generator.run(params(), LAYOUT, args.framework, args.backbone)

@@ -1,12 +1,12 @@
-"""DVC stages `train@<backbone>-<loss>-<seed>` (SimCSE) and `train_framework@<framework>-<backbone>-<loss>-<seed>`
-(``--framework promptbert|diffcse``): one training run, in one process or (SimCSE) under torchrun.
+"""DVC stage `train@<framework>-<backbone>-<loss>-<seed>`: one training run, in one process or (a
+framework whose SPEC does not refuse DDP: SimCSE) under torchrun.
 
 DVC runs it as one process. For several GPUs (or CPU processes) launch the same script with
 ``torchrun``; ``train.batch_size`` is then the global batch, split over the ranks, and every rank's
 loss uses the whole global batch's negatives. Rank 0 evaluates, saves, writes the metrics and owns
 the MLflow run; the other ranks only train::
 
-    torchrun --standalone --nproc_per_node=4 stages/train.py all-MiniLM-L6-v2 focal_infonce 1
+    torchrun --standalone --nproc_per_node=4 stages/train.py simcse all-MiniLM-L6-v2 focal_infonce 1
 
 ``train.device: cuda`` uses NCCL (each rank on ``cuda:LOCAL_RANK``); ``cpu`` uses gloo.
 """

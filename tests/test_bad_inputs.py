@@ -24,9 +24,9 @@ from focalcse.testing.project import bad_mirror, project_env, run
 pytestmark = pytest.mark.slow
 
 OUTPUTS = (
-    "models/tiny/infonce/seed1/model.safetensors",
-    "metrics/train/tiny-infonce-seed1.json",
-    "metrics/eval/tiny-focal_infonce-seed2.json",
+    "models/simcse/tiny/infonce/seed1/model.safetensors",
+    "metrics/train/simcse-tiny-infonce-seed1.json",
+    "metrics/eval/simcse-tiny-focal_infonce-seed2.json",
     "metrics/significance.json",
     "data/corpus/train.txt",
     "data/sts/manifest.json",

@@ -97,9 +97,9 @@ def test_a_sweep_whose_new_items_cannot_run_prunes_nothing(tmp_path, offline) ->
     files = []
     for loss in ("infonce", "focal_infonce"):
         for seed in (1, 2, 3):
-            item = layout.train_item(DEFAULT_BACKBONE, loss, seed)
+            item = layout.train_item(DEFAULT_BACKBONE, loss, seed, "simcse")
             files += [item.model_dir / "model.safetensors", *item.json_outputs]
-            files += [layout.eval_metrics(DEFAULT_BACKBONE, loss, seed)]
+            files += [layout.eval_metrics(DEFAULT_BACKBONE, loss, seed, "simcse")]
         files += [layout.hard_negatives_file(DEFAULT_BACKBONE, loss)]
     for f in files:
         f.parent.mkdir(parents=True, exist_ok=True)

@@ -50,9 +50,10 @@ NOT_A_MAPPING = ["a", "list"]
 
 
 def _base() -> dict[str, Any]:
-    """The committed CPU default with both other frameworks swept, so every section is in use."""
+    """The committed CPU default with every framework swept (SimCSE the reference), so every section
+    is in use."""
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    raw["sweep"].update(frameworks=["promptbert", "diffcse"], framework_backbones=[BACKBONE])
+    raw["sweep"].update(frameworks=["simcse", "promptbert", "diffcse"])
     return raw
 
 
@@ -163,6 +164,7 @@ def test_the_schema_walk_covers_every_section_and_the_base_passes(tmp_path: Path
     named = {path[0] for _, path, _, _ in CASES}
     assert {f.name for f in dataclasses.fields(Params)} - {"raw"} <= named
     assert any(path[:3] == ("frameworks", "diffcse", "pretrain") for _, path, _, _ in CASES)
+    assert any(path[:3] == ("frameworks", "simcse", "train") for _, path, _, _ in CASES)  # a framework too
     assert len(CASES) > 200
     _validate(tmp_path, _base())  # every case below differs from a valid set by one value
 
@@ -192,6 +194,11 @@ DATA_CASES = {
         ("frameworks", "promptbert", "train", "max_steps"),
         129,
         "train.max_steps=129 (item promptbert all-MiniLM-L6-v2 infonce seed 1)",
+    ),
+    "max_steps beyond the sample, SimCSE's own layer": (
+        ("frameworks", "simcse", "train", "max_steps"),
+        129,
+        "train.max_steps=129 (item simcse all-MiniLM-L6-v2 infonce seed 1)",
     ),
     "max_steps beyond the sample, one loss's layer": (
         ("loss_overrides", "focal_infonce", "max_steps"),

@@ -59,3 +59,34 @@ def test_an_old_significance_document_is_read_in_the_per_loss_shape() -> None:
     assert (
         compare_outputs.diff(compare_outputs.normalise_significance(json.loads(json.dumps(new))), new) == []
     )
+
+
+def _move(root: Path) -> None:
+    """The checkout's outputs at the paths after SimCSE's items gained their framework component."""
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["train"]["outs"][0]["path"] = "models/simcse/m/infonce/seed1"
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    old = root / "metrics" / "eval" / "m-infonce-seed1.json"
+    old.rename(old.with_name("simcse-m-infonce-seed1.json"))
+
+
+MAP = ["^models/(?!generators/)=models/simcse/", r"^(metrics/(train|eval|curves/loss|curves/dev)/)=\1simcse-"]
+
+
+def test_a_path_map_compares_moved_outputs_and_still_finds_a_difference(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    before = checkout(tmp_path / "a", "d41d8c", 75.25, "aaaa")
+    after = checkout(tmp_path / "b", "d41d8c", 75.25, "bbbb")
+    _move(after)
+    unmapped, _, n_docs, _ = compare_outputs.compare(before, after)
+    assert "metrics/eval/m-infonce-seed1.json: only in before" in unmapped and n_docs == 0
+    assert compare_outputs.compare(before, after, compare_outputs.parse_map(MAP))[:3] == ([], 1, 1)
+    moved_off = checkout(tmp_path / "c", "0cc175", 75.5, "cccc")
+    _move(moved_off)
+    argv = ["compare_outputs.py", str(before), str(moved_off), *(a for m in MAP for a in ("--map", m))]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert compare_outputs.main() == 1
+    out = capsys.readouterr().out
+    assert "dvc.lock models/simcse/m/infonce/seed1: md5 d41d8c vs 0cc175" in out
+    assert "metrics/eval/simcse-m-infonce-seed1.json/avg: 75.25 vs 75.5" in out

@@ -114,7 +114,10 @@ def test_item_config_is_train_then_backbone_then_loss_overrides(tmp_path: Path) 
         f"backbone_overrides.{b}",
         "loss_overrides.focal_infonce",
         f"backbone_overrides.{b}.losses.focal_infonce",
+        "frameworks.simcse.train",  # then the item's framework (the reference, SimCSE), as for every one
+        f"frameworks.simcse.backbones.{b}",
     ]
+    assert p.config_layers(b, "focal_infonce") == p.config_layers(b, "focal_infonce", "simcse")
     assert "m" not in p.effective_config(b, "infonce")  # InfoNCE has no m to report
     # the ablations vary that effective config: tau at the loss's effective m, m at its effective tau
     assert (p.ablation_default("tau"), p.ablation_default("m")) == (0.15, 0.4)
@@ -231,6 +234,8 @@ BAD = [
     ("sweep", "seeds", [1, "two"], "integers"),
     ("sweep", "losses", ["infonce", "mse"], f"names from {LOSSES}"),
     ("sweep", "backbones", ["./no/such/folder"], "names of letters"),
+    ("sweep", "frameworks", [], "one or more unique names from diffcse, promptbert, simcse"),
+    ("sweep", "frameworks", ["simcse", "simcse"], "one or more unique names"),
     ("eval", "tasks", ["STS12", "STS99"], "subset of STS12"),
     ("eval", "batch_size", 0, ">= 1"),
     ("significance", "alpha", 1.5, "(0, 1)"),

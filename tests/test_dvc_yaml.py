@@ -137,7 +137,9 @@ def test_dvc_expands_dvc_yaml_as_the_table_does(tmp_path: Path, param_set: str) 
         }
         # the per-item code deps DVC renders from the templates are the item's own
         own = {"loss": it.values.get("loss", raw["ablation"]["loss"])} if stage(it.stage).own_loss else {}
-        own |= {"framework": it.values["framework"]} if stage(it.stage).own_framework else {}
+        # an item's framework axis, or the reference (the sweep's first) for a stage without one
+        reference = (raw["sweep"].get("frameworks") or ["simcse"])[0]
+        own |= {"framework": it.values.get("framework", reference)} if stage(it.stage).own_framework else {}
         assert [d for d in files if d.startswith(("src/", "stages/"))] == code_deps(it.stage, P, **own), (
             it.name
         )
@@ -209,14 +211,19 @@ def test_items_depend_on_their_own_loss_and_framework_only() -> None:
         ]
         assert not folders, f"{name}: folder dep {folders} holds every loss; a new loss would rerun it"
         checked.add(name)
-    assert checked >= {*LOSS_FREE, "train_framework", "evaluate_framework", "pretrain_generator"}
+    assert checked >= {*LOSS_FREE, "train", "evaluate", "pretrain_generator"}
 
 
 def test_templates_name_the_own_modules() -> None:
     train = code_deps("train")
     assert f"{LOSSES_DIR}/${{item.loss}}.py" in train and f"{LOSSES_DIR}/base.py" in train
-    assert [d for d in code_deps("ablate_m") if "${" in d] == [f"{LOSSES_DIR}/${{ablation.loss}}.py"]
-    fw = code_deps("train_framework")
+    # an ablation trains the reference framework (the sweep's first) with its own loss
+    assert [d for d in code_deps("ablate_m") if "${" in d] == [
+        f"{FRAMEWORKS_DIR}/${{sweep.frameworks[0]}}",
+        f"{SETTINGS_DIR}/${{sweep.frameworks[0]}}.py",
+        f"{LOSSES_DIR}/${{ablation.loss}}.py",
+    ]
+    fw = code_deps("train")
     assert {f"{FRAMEWORKS_DIR}/${{item.framework}}", f"{SETTINGS_DIR}/${{item.framework}}.py"} <= set(fw)
     report = code_deps("report")
     assert not any("${" in d for d in report)
@@ -270,14 +277,14 @@ def test_a_framework_package_is_one_folder_dep_of_its_own_items(tmp_path: Path) 
     (project.root / FRAMEWORKS_DIR / "diffcse" / "extra.py").write_text('"""More of the framework."""\n')
     folder = f"{FRAMEWORKS_DIR}/${{item.framework}}"
     assert framework_template(project) == [folder, f"{SETTINGS_DIR}/${{item.framework}}.py"]
-    for name in ("train_framework", "evaluate_framework", "pretrain_generator"):
+    for name in ("train", "evaluate", "pretrain_generator"):
         deps = code_deps(name, project)
         assert folder in deps and not any(d.startswith(f"{FRAMEWORKS_DIR}/diffcse") for d in deps), deps
         mine = code_deps(
             name, project, framework="diffcse", **({"loss": "infonce"} if "train" in name else {})
         )
         assert f"{FRAMEWORKS_DIR}/diffcse" in mine and f"{FRAMEWORKS_DIR}/promptbert" not in mine
-    assert not any("frameworks/diffcse" in d for d in code_deps("train", project))  # SimCSE: none
+        assert not any(d.startswith(f"{FRAMEWORKS_DIR}/simcse") for d in mine), mine
 
 
 def test_framework_modules_of_different_shapes_are_refused(tmp_path: Path) -> None:
@@ -286,9 +293,12 @@ def test_framework_modules_of_different_shapes_are_refused(tmp_path: Path) -> No
     assert f"{FRAMEWORKS_DIR}/diffcse_generator.py" in framework_own(project, "diffcse")
     assert f"{FRAMEWORKS_DIR}/diffcse" in framework_own(project, "diffcse")
     with pytest.raises(ValueError, match=r"frameworks' own modules differ in shape .*diffcse_generator\.py"):
-        code_deps("train_framework", project)
+        code_deps("train", project)
     (project.root / FRAMEWORKS_DIR / "promptbert_generator.py").write_text('"""PromptBERT\'s."""\n')
-    assert f"{FRAMEWORKS_DIR}/${{item.framework}}_generator.py" in code_deps("train_framework", project)
+    with pytest.raises(ValueError, match=r"frameworks' own modules differ in shape .*simcse"):
+        code_deps("train", project)  # every framework, SimCSE too, must have the same shape
+    (project.root / FRAMEWORKS_DIR / "simcse_generator.py").write_text('"""SimCSE\'s."""\n')
+    assert f"{FRAMEWORKS_DIR}/${{item.framework}}_generator.py" in code_deps("train", project)
     _as_file(project, "diffcse")  # a single file beside a package
     with pytest.raises(ValueError, match="differ in shape"):
         framework_template(project)

@@ -128,7 +128,7 @@ def test_task_and_output_recipes_on_a_copy(tmp_path: Path, data_mirror: Path, ti
     )
     run(["dvc", "repro"], repo, env, timeout=1500)
 
-    item = json.loads((repo / "metrics/eval/tiny-focal_infonce-seed1.json").read_text())
+    item = json.loads((repo / "metrics/eval/simcse-tiny-focal_infonce-seed1.json").read_text())
     assert NEW in item and NEW in item["wmean"]
     assert item["avg"] == pytest.approx(float(np.mean([item[t] for t in PAPER])), abs=1e-12)
     assert abs(item["avg"] - float(np.mean([item[t] for t in (*PAPER, NEW)]))) > 1e-9

@@ -199,10 +199,10 @@ def test_reproduce_runs_each_dvc_stage_as_a_task(harness, tmp_path_factory, data
         "check",
         "sample",
         "prepare_sts",
-        "train@tiny-infonce-1",
-        "train@tiny-focal_infonce-1",
-        "evaluate@tiny-infonce-1",
-        "evaluate@tiny-focal_infonce-1",
+        "train@simcse-tiny-infonce-1",
+        "train@simcse-tiny-focal_infonce-1",
+        "evaluate@simcse-tiny-infonce-1",
+        "evaluate@simcse-tiny-focal_infonce-1",
         "significance",
     }
     state = reproduce(repo=str(repo), stages=["significance"], concurrency=2, return_state=True)

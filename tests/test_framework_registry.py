@@ -18,6 +18,7 @@ from focalcse.core import frameworks as registry
 from focalcse.core.frameworks import (
     FrameworkRegistryError,
     all_frameworks,
+    default_framework,
     framework_label,
     framework_module,
     framework_names,
@@ -98,15 +99,22 @@ def toy_framework(tmp_path: Path, monkeypatch):
 
 
 def test_builtin_specs() -> None:
-    assert all_frameworks()[0] == "simcse" and set(framework_names()) == {"diffcse", "promptbert"}
-    diff, prompt = framework_spec("diffcse"), framework_spec("promptbert")
-    assert diff.needs == ("generator",) and prompt.needs == ()
-    assert prompt.encoder and not diff.encoder
-    assert diff.refuses == prompt.refuses == ("ddp", "gradcache")
+    assert framework_names() == ("diffcse", "promptbert", "simcse")  # built-ins, alphabetical
+    # SimCSE is one of them, not a loop of its own; listings show the default (the paper's) first
+    assert all_frameworks() == ("simcse", "diffcse", "promptbert")
+    assert default_framework() == "simcse"
+    diff, prompt, simcse = framework_spec("diffcse"), framework_spec("promptbert"), framework_spec("simcse")
+    assert diff.needs == ("generator",) and prompt.needs == () and simcse.needs == ()
+    assert prompt.encoder and not diff.encoder and not simcse.encoder
+    assert diff.refuses == prompt.refuses == ("ddp", "gradcache") and simcse.refuses == ()
+    assert simcse.unpad and not diff.unpad and not prompt.unpad  # the one step with the unpadded forward
+    assert [s.default for s in (diff, prompt, simcse)] == [False, False, True]
     assert [framework_label(f) for f in all_frameworks()] == ["SimCSE", "DiffCSE", "PromptBERT"]
     for f in framework_names():  # the settings module is the SPEC's, in the settings folder
         assert framework_spec(f).settings_module == f"focalcse.core.frameworks.settings.{f}"
         assert settings_class(f).__module__ == framework_spec(f).settings_module
+    assert framework_module("simcse").__name__ == "focalcse.core.frameworks.simcse"
+    assert SweepConfig().frameworks == ("simcse",)  # a sweep naming none trains the default
 
 
 @pytest.mark.parametrize(
@@ -115,7 +123,7 @@ def test_builtin_specs() -> None:
         ('SPEC = {"label": "x"}', "needs at least"),
         ('SPEC = {"name": "x", "label": "x", "needs": ["gpu"]}', "needs"),
         ('SPEC = {"name": "x", "label": "x", "settings": "nocolon"}', "module:Class"),
-        ('SPEC = {"name": "simcse", "label": "x"}', "own framework"),
+        ('SPEC = {"name": "x", "label": "x", "refuses": ["tpu"]}', "refuses"),
         ('SPEC = {"name": "x", "label": "x", "colour": 1}', "unknown key"),
         ("SPEC = dict(name='x')", "literal"),
     ],
@@ -126,6 +134,35 @@ def test_read_spec_errors_name_the_file(tmp_path: Path, source: str, match: str)
     with pytest.raises(FrameworkRegistryError, match=match) as err:
         read_spec(path, "bad_framework")
     assert str(path) in str(err.value)
+
+
+def _plugin(tmp_path: Path, monkeypatch, module: str, spec: str) -> str:
+    folder = tmp_path / "plugins"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{module}.py").write_text(f"SPEC = {spec}\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(folder))
+    return module
+
+
+def test_simcse_is_a_registered_name_and_the_one_default(tmp_path: Path, monkeypatch) -> None:
+    """SimCSE's name is taken by its own module like any framework's, and exactly one SPEC may say
+    ``"default": True``."""
+    tag = uuid.uuid4().hex[:8]
+    clash = _plugin(tmp_path, monkeypatch, f"clash_{tag}", '{"name": "simcse", "label": "x"}')
+    with pytest.raises(FrameworkRegistryError, match="'simcse' is registered twice"):
+        register_module(clash)
+    assert framework_spec("simcse").module == "focalcse.core.frameworks.simcse"
+    name = f"second{tag}"
+    second = _plugin(
+        tmp_path, monkeypatch, f"second_{tag}", f'{{"name": "{name}", "label": "x", "default": True}}'
+    )
+    try:
+        assert register_module(second).default
+        with pytest.raises(FrameworkRegistryError, match=rf"exactly one .*'default': True.*simcse.*{name}"):
+            default_framework()
+    finally:
+        registry._REGISTRY.pop(name, None)
+    assert default_framework() == "simcse"
 
 
 def test_a_module_without_spec_is_no_framework(tmp_path: Path) -> None:
@@ -142,12 +179,14 @@ def test_registering_a_framework_is_all_it_takes_to_train_it(
 
     name, module = toy_framework
     with pytest.raises(ConfigError, match="sweep.frameworks"):  # unknown before it is registered
-        SweepConfig(frameworks=(name,), framework_backbones=("all-MiniLM-L6-v2",))
+        SweepConfig(frameworks=("simcse", name))
     spec = register_module(module)
     assert spec.name == name and spec.label == "Toy framework"
     assert module not in sys.modules  # registered from its SPEC, not imported
     assert name in all_frameworks() and framework_label(name) == "Toy framework"
-    SweepConfig(frameworks=(name,), framework_backbones=("all-MiniLM-L6-v2",))  # now accepted
+    assert SweepConfig(frameworks=("simcse", name)).others == (name,)  # now accepted
+    assert SweepConfig(frameworks=(name,)).reference == name  # it may be a set's reference too
+    assert default_framework() == "simcse"  # its SPEC does not claim the default
 
     # its params section is its own settings class, built and checked like every section
     fw = FrameworksConfig.from_mapping({name: {"reverse": True}})

@@ -28,23 +28,33 @@ def _params(tmp_path: Path, **sections) -> Path:
 
 
 # ---------------------------------------------------------------- params, paths, names
-def test_simcse_paths_and_names_carry_no_framework() -> None:
+def test_every_framework_names_its_paths_and_stages() -> None:
+    """SimCSE is a framework like the others: its items' paths, names and stages carry its name."""
     lay = Layout()
-    assert lay.model_dir("b", "infonce", 1) == Path("models/b/infonce/seed1")
-    assert lay.model_dir("b", "infonce", 1, "simcse") == Path("models/b/infonce/seed1")
+    assert lay.model_dir("b", "infonce", 1, "simcse") == Path("models/simcse/b/infonce/seed1")
     assert lay.model_dir("b", "infonce", 1, "diffcse") == Path("models/diffcse/b/infonce/seed1")
     assert lay.eval_metrics("b", "infonce", 1, "promptbert") == Path(
         "metrics/eval/promptbert-b-infonce-seed1.json"
     )
-    assert run_name("b", "infonce", 1) == "b-infonce-seed1"
-    assert stage_name("train", "b", "infonce", 1) == "train@b-infonce-1"
-    assert stage_name("evaluate", "b", "l", 2, "diffcse") == "evaluate_framework@diffcse-b-l-2"
+    assert lay.train_metrics("b", "infonce", 1, "simcse") == Path("metrics/train/simcse-b-infonce-seed1.json")
+    assert run_name("b", "infonce", 1, "simcse") == "simcse-b-infonce-seed1"
+    assert run_name("b", "infonce", 1, "diffcse") == "diffcse-b-infonce-seed1"
+    assert stage_name("train", "b", "infonce", 1, "simcse") == "train@simcse-b-infonce-1"
+    assert stage_name("evaluate", "b", "l", 2, "diffcse") == "evaluate@diffcse-b-l-2"
+    with pytest.raises(TypeError):  # no default framework in a path: every caller names it
+        lay.model_dir("b", "infonce", 1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        run_name("b", "infonce", 1)  # type: ignore[call-arg]
 
 
 def test_frameworks_set_keeps_the_default_simcse_items() -> None:
-    """params/frameworks.yaml trains SimCSE with exactly the default's settings (DVC restores them)."""
+    """params/frameworks.yaml trains SimCSE, its reference, with exactly the default's settings (DVC
+    restores them), and the two other frameworks besides it."""
     default, fw = load_params(REPO / "params.yaml"), load_any(REPO / "params" / "frameworks.yaml")
-    assert fw.sweep.frameworks == ("promptbert", "diffcse")
+    assert default.sweep.frameworks == ("simcse",) and default.sweep.reference == "simcse"
+    assert default.sweep.others == ()
+    assert fw.sweep.frameworks == ("simcse", "promptbert", "diffcse")
+    assert fw.sweep.reference == "simcse" and fw.sweep.others == ("promptbert", "diffcse")
     assert (fw.sweep.backbones, fw.sweep.losses, fw.sweep.seeds) == (
         default.sweep.backbones,
         default.sweep.losses,
@@ -52,32 +62,43 @@ def test_frameworks_set_keeps_the_default_simcse_items() -> None:
     )
     for section in ("train", "backbone_overrides", "loss_overrides"):
         assert fw.raw[section] == default.raw[section], section
+    assert fw.raw["frameworks"]["simcse"] == default.raw["frameworks"]["simcse"]
     assert fw.raw["eval"]["batch_size"] == default.raw["eval"]["batch_size"]
     for loss in fw.sweep.losses:
+        assert fw.train_config("all-MiniLM-L6-v2", loss, 1, "simcse") == default.train_config(
+            "all-MiniLM-L6-v2", loss, 1, "simcse"
+        )
         assert fw.train_config("all-MiniLM-L6-v2", loss, 1) == default.train_config(
             "all-MiniLM-L6-v2", loss, 1
-        )
+        )  # no framework: each set's reference, SimCSE in both
 
 
 def test_sweep_frameworks_validated(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"sweep.frameworks = \['simcse'\].*simcse always runs"):
-        load_params(_params(tmp_path, sweep={"frameworks": ["simcse"]}))
+    with pytest.raises(ConfigError, match=r"sweep.frameworks = \[\]: expected one or more unique names"):
+        load_params(_params(tmp_path, sweep={"frameworks": []}))
     with pytest.raises(ConfigError, match=r"sweep.frameworks = \['bogus'\]"):
         load_params(_params(tmp_path, sweep={"frameworks": ["bogus"]}))
-    with pytest.raises(
-        ConfigError, match=r"sweep.framework_backbones = \[\]: expected at least one backbone"
-    ):
-        load_params(_params(tmp_path, sweep={"frameworks": ["diffcse"]}))
-    with pytest.raises(
-        ConfigError, match=r"sweep.framework_backbones = \['bert-base-uncased'\]: expected unique names"
-    ):
+    with pytest.raises(ConfigError, match=r"sweep.frameworks = \['simcse', 'diffcse', 'simcse'\]"):
+        load_params(_params(tmp_path, sweep={"frameworks": ["simcse", "diffcse", "simcse"]}))
+    # any registered framework may be a set's only one, and so its reference
+    alone = load_params(_params(tmp_path, sweep={"frameworks": ["diffcse"]}))
+    assert alone.sweep.frameworks == ("diffcse",) and alone.sweep.reference == "diffcse"
+    assert alone.sweep.backbones_of("diffcse") == alone.sweep.backbones  # every sweep backbone
+    # the per-framework backbone list is gone: every framework trains every sweep backbone
+    with pytest.raises(ConfigError, match=r"sweep: unknown key\(s\) \['framework_backbones'\]"):
         load_params(
-            _params(tmp_path, sweep={"frameworks": ["diffcse"], "framework_backbones": ["bert-base-uncased"]})
+            _params(
+                tmp_path,
+                sweep={"frameworks": ["simcse", "diffcse"], "framework_backbones": ["all-MiniLM-L6-v2"]},
+            )
         )
     with pytest.raises(ConfigError, match=r"frameworks.diffcse.lambda_weight = -1"):
         load_params(_params(tmp_path, frameworks={"diffcse": {"lambda_weight": -1}}))
-    with pytest.raises(ConfigError, match=r"frameworks: unknown key\(s\) \['simcse'\]"):
-        load_params(_params(tmp_path, frameworks={"simcse": {}}))
+    # SimCSE's section holds only the train-key layers every framework has
+    with pytest.raises(ConfigError, match=r"frameworks.simcse: unknown key\(s\) \['templates'\]"):
+        load_params(_params(tmp_path, frameworks={"simcse": {"templates": "bert"}}))
+    with pytest.raises(ConfigError, match=r"frameworks: unknown key\(s\) \['bogus'\]"):
+        load_params(_params(tmp_path, frameworks={"bogus": {}}))
 
 
 def test_framework_train_keys_layer_over_the_item(tmp_path: Path) -> None:
@@ -85,30 +106,46 @@ def test_framework_train_keys_layer_over_the_item(tmp_path: Path) -> None:
         "diffcse": {"train": {"lr": 7.0e-6}, "backbones": {"all-MiniLM-L6-v2": {"epochs": 2}}},
         "promptbert": {"templates": "bert"},
     }
-    p = load_params(
-        _params(
-            tmp_path,
-            frameworks=fw,
-            sweep={"frameworks": ["diffcse"], "framework_backbones": ["all-MiniLM-L6-v2"]},
-        )
-    )
+    p = load_params(_params(tmp_path, frameworks=fw, sweep={"frameworks": ["simcse", "diffcse"]}))
     simcse, diff = (
-        p.train_config("all-MiniLM-L6-v2", "infonce", 1),
+        p.train_config("all-MiniLM-L6-v2", "infonce", 1, "simcse"),
         p.train_config("all-MiniLM-L6-v2", "infonce", 1, "diffcse"),
     )
     assert (simcse.lr, simcse.epochs) == (3.0e-5, 1)
     assert (diff.lr, diff.epochs) == (7.0e-6, 2)
+    assert p.train_config("all-MiniLM-L6-v2", "infonce", 1) == simcse  # no framework: the reference
     eff = p.effective_config("all-MiniLM-L6-v2", "infonce", 1, "diffcse")
     assert eff["framework"]["name"] == "diffcse" and eff["framework"]["lambda_weight"] == 0.005
-    assert "framework" not in p.effective_config("all-MiniLM-L6-v2", "infonce", 1)  # SimCSE as before
-    with pytest.raises(ConfigError, match="frameworks.diffcse.train"):
-        load_params(
-            _params(
-                tmp_path,
-                frameworks={"diffcse": {"train": {"lr": -1}}},
-                sweep={"frameworks": ["diffcse"], "framework_backbones": ["all-MiniLM-L6-v2"]},
+    # SimCSE has no setting of its own besides its layers: its record is the train config alone
+    assert p.framework_record("simcse") is None and p.framework_record("diffcse") == eff["framework"]
+    assert "framework" not in p.effective_config("all-MiniLM-L6-v2", "infonce", 1, "simcse")
+    assert "framework" not in p.effective_config("all-MiniLM-L6-v2", "infonce", 1)
+
+    # SimCSE's own layers apply to its items only; the reference is the first of sweep.frameworks
+    fw["simcse"] = {"train": {"lr": 5.0e-5}, "backbones": {"all-MiniLM-L6-v2": {"epochs": 3}}}
+    fw["diffcse"] = {"backbones": {"all-MiniLM-L6-v2": {"epochs": 2}}}
+    p = load_params(_params(tmp_path, frameworks=fw, sweep={"frameworks": ["diffcse", "simcse"]}))
+    simcse, diff = (
+        p.train_config("all-MiniLM-L6-v2", "infonce", 1, "simcse"),
+        p.train_config("all-MiniLM-L6-v2", "infonce", 1, "diffcse"),
+    )
+    assert (simcse.lr, simcse.epochs) == (5.0e-5, 3)
+    assert (diff.lr, diff.epochs) == (3.0e-5, 2)  # not SimCSE's layer: the train section's lr
+    assert p.sweep.reference == "diffcse" and p.train_config("all-MiniLM-L6-v2", "infonce", 1) == diff
+    assert p.effective_config("all-MiniLM-L6-v2", "infonce", 1)["framework"]["name"] == "diffcse"
+    assert p.config_layers("all-MiniLM-L6-v2", "infonce", "simcse")[-2:] == [
+        ("frameworks.simcse.train", {"lr": 5.0e-5}),
+        ("frameworks.simcse.backbones.all-MiniLM-L6-v2", {"epochs": 3}),
+    ]
+    for name in ("diffcse", "simcse"):
+        with pytest.raises(ConfigError, match=f"frameworks.{name}.train"):
+            load_params(
+                _params(
+                    tmp_path,
+                    frameworks={name: {"train": {"lr": -1}}},
+                    sweep={"frameworks": ["simcse", "diffcse"]},
+                )
             )
-        )
 
 
 def test_config_cli_shows_a_framework(tmp_path: Path) -> None:
@@ -136,6 +173,16 @@ def test_config_cli_shows_a_framework(tmp_path: Path) -> None:
         "eval_denoise": False,
     }
     assert shown["loss"] == "focal_infonce" and shown["m"] == 0.3
+    # no --framework: the set's reference, SimCSE, whose config records no framework of its own
+    ref = subprocess.run(
+        [*cmd, "--backbone", "all-MiniLM-L6-v2", "--loss", "focal_infonce"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    shown_ref = json.loads(ref.stdout)
+    assert "framework" not in shown_ref and shown_ref["loss"] == "focal_infonce"
+    assert shown_ref["pooler"] != shown["pooler"]  # PromptBERT names its own sentence vector
     bad = subprocess.run(
         [*cmd, "--backbone", "all-MiniLM-L6-v2", "--loss", "infonce", "--framework", "x"],
         capture_output=True,

@@ -26,8 +26,7 @@ def fw_project(tiny_repro: Path, tmp_path_factory) -> tuple[Path, str]:
     project = Path(shutil.copytree(tiny_repro, tmp_path_factory.mktemp("fw") / "repo", symlinks=True))
     lock_before = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
     params = yaml.safe_load((project / "params.yaml").read_text())
-    params["sweep"]["frameworks"] = FRAMEWORKS
-    params["sweep"]["framework_backbones"] = ["tiny"]
+    params["sweep"]["frameworks"] = ["simcse", *FRAMEWORKS]
     params["frameworks"]["diffcse"]["pretrain"] = {
         "hidden": 32,
         "layers": 1,
@@ -38,7 +37,7 @@ def fw_project(tiny_repro: Path, tmp_path_factory) -> tuple[Path, str]:
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     out = run(["dvc", "repro"], project, project_env(project), timeout=1500).stdout
     lock_after = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
-    simcse = {k: v for k, v in lock_before.items() if k.startswith(("train@", "evaluate@"))}
+    simcse = {k: v for k, v in lock_before.items() if k.startswith(("train@simcse-", "evaluate@simcse-"))}
     assert simcse and all(lock_after[k] == v for k, v in simcse.items())  # byte-for-byte the same entries
     return project, out
 
@@ -46,10 +45,10 @@ def fw_project(tiny_repro: Path, tmp_path_factory) -> tuple[Path, str]:
 def test_simcse_items_are_not_rerun(fw_project) -> None:
     _, out = fw_project
     ran = set(re.findall(r"Running stage '([^']+)'", out))
-    assert not {s for s in ran if s.startswith(("train@", "evaluate@", "hard_negatives@"))}, ran
+    assert not {s for s in ran if s.startswith(("train@simcse-", "evaluate@simcse-", "hard_negatives@"))}, ran
     expected = {
         f"{st}@{fw}-tiny-{loss}-{seed}"
-        for st in ("train_framework", "evaluate_framework")
+        for st in ("train", "evaluate")
         for fw in FRAMEWORKS
         for loss in ("infonce", "focal_infonce")
         for seed in (1, 2)
@@ -138,4 +137,4 @@ def test_a_diffcse_change_reruns_only_diffcse_items(fw_project, tmp_path) -> Non
     changed = changed_stages(run(["dvc", "status"], project, env).stdout) - {"check", "report"}
     print("changed after the DiffCSE edit:", ", ".join(sorted(changed)))  # shown with pytest -s
     assert changed and all("@diffcse-" in s for s in changed), changed
-    assert {"pretrain_generator@diffcse-tiny", "train_framework@diffcse-tiny-infonce-1"} <= changed
+    assert {"pretrain_generator@diffcse-tiny", "train@diffcse-tiny-infonce-1"} <= changed

@@ -45,9 +45,7 @@ def write_corpus(path: Path, repeats: int = 6) -> Path:
 
 def make_params(frameworks: tuple[str, ...] = ("diffcse",), generator: str = "", pretrain=TINY) -> Params:
     return Params(
-        sweep=SweepConfig(
-            frameworks=frameworks, framework_backbones=("all-MiniLM-L6-v2",) if frameworks else ()
-        ),
+        sweep=SweepConfig(frameworks=frameworks, backbones=(BACKBONE,)),
         frameworks=FrameworksConfig((("diffcse", DiffCSEConfig(generator=generator, pretrain=pretrain)),)),
     )
 
@@ -135,6 +133,7 @@ def test_step_trains_when_diffcse_uses_its_own_generator(tmp_path, minilm_path):
     ("framework", "generator", "reason"),
     [
         ("promptbert", "", "promptbert needs no generator"),
+        ("simcse", "", "simcse needs no generator"),  # the matrix is every framework x backbone
         ("diffcse", "org/some-mlm", "frameworks.diffcse.generator"),
     ],
 )
@@ -195,9 +194,8 @@ def test_stage_entry_point(tmp_path):
         [
             sys.executable,
             str(REPO / "stages" / "pretrain_generator.py"),
-            BACKBONE,
-            "--framework",
             "promptbert",
+            BACKBONE,
         ],
         cwd=tmp_path,
         env=env,

@@ -422,7 +422,7 @@ def test_parser_sees_the_real_source() -> None:
     assert "focalcse.core.settings" in graph["focalcse.core.training"]
     assert "focalcse.core.losses" in graph["focalcse.config.params"]
     assert "focalcse.core.losses.base" in graph["focalcse.core.losses.focal_infonce"]
-    assert "focalcse.layout" in graph["focalcse.config.sections"]
+    assert "focalcse.core.frameworks" in graph["focalcse.config.sections"]
     assert "focalcse.core.backbones" in graph["focalcse.config.params"]  # a function-level import
 
 

@@ -58,12 +58,11 @@ def test_each_items_outputs_are_the_layouts_output_table(name: str) -> None:
 
 
 def test_train_items_declare_what_the_train_step_writes() -> None:
-    for it in (it for it in ITEMS if it.stage in ("train", "train_framework")):
+    for it in (it for it in ITEMS if it.stage == "train"):
         v = it.values
-        item = L.train_item(v["backbone"], v["loss"], v["seed"], v.get("framework", "simcse"))
+        item = L.train_item(v["backbone"], v["loss"], v["seed"], v["framework"])
         assert it.outputs == {item.model_dir, *item.json_outputs}, it.name
-        if item.prepared_dir is not None:  # a framework item reads its own generator item
-            assert str(item.prepared_dir) in [e.path for e in it.deps]
+        assert str(item.prepared_dir) in [e.path for e in it.deps]  # its own framework's generator item
 
 
 def test_every_data_dep_is_another_items_output() -> None:
@@ -83,7 +82,8 @@ def test_hard_negatives_read_the_first_seeds_model_only() -> None:
     first = PAPER.sweep.seeds[0]
     for it in (it for it in ITEMS if it.stage == "hard_negatives"):
         models = [e.path for e in it.deps if e.path.startswith("models/")]
-        assert models == [str(L.model_dir(it.values["backbone"], it.values["loss"], first))]
+        ref = PAPER.sweep.reference
+        assert models == [str(L.model_dir(it.values["backbone"], it.values["loss"], first, ref))]
 
 
 def test_the_output_table_is_what_check_expects() -> None:
@@ -92,19 +92,21 @@ def test_the_output_table_is_what_check_expects() -> None:
     params = load_params(ROOT / "params.yaml")
     found = expected_outputs(params, L)
     sw = params.sweep
-    assert L.model_dir(sw.backbones[0], sw.losses[0], sw.seeds[0]) in found
-    assert companion_file(L.eval_metrics(sw.backbones[0], sw.losses[0], sw.seeds[0]), "subsets") in found
+    first = (sw.backbones[0], sw.losses[0], sw.seeds[0], sw.reference)
+    assert L.model_dir(*first) in found
+    assert companion_file(L.eval_metrics(*first), "subsets") in found
     n_items = len(params.framework_items())
     n_ablation = len(params.ablation.temperatures) + len(params.ablation.ms)
     assert len(found) == n_items * (5 + 3) + len(sw.backbones) * len(sw.losses) * 2 + n_ablation * 2
 
 
 def test_layout_names_a_run_like_dvc_yaml() -> None:
-    # dvc.yaml writes ${item.backbone}-${item.loss}-seed${item.seed}; an org/name backbone is made a
-    # single path component by the layout (safe_name), which dvc.yaml cannot do: sweep names are plain
-    run = ("all-MiniLM-L6-v2", "focal_infonce", 3)
-    assert str(L.train_metrics(*run)) == "metrics/train/all-MiniLM-L6-v2-focal_infonce-seed3.json"
-    assert L.model_dir("org/name", "infonce", 1) == Path("models/org__name/infonce/seed1")
+    # dvc.yaml writes ${item.framework}-${item.backbone}-${item.loss}-seed${item.seed}; an org/name
+    # backbone is made a single path component by the layout (safe_name), which dvc.yaml cannot do:
+    # sweep names are plain
+    run = ("all-MiniLM-L6-v2", "focal_infonce", 3, "simcse")
+    assert str(L.train_metrics(*run)) == "metrics/train/simcse-all-MiniLM-L6-v2-focal_infonce-seed3.json"
+    assert L.model_dir("org/name", "infonce", 1, "diffcse") == Path("models/diffcse/org__name/infonce/seed1")
     with pytest.raises(ValueError, match="ablation kind"):
         L.ablation_metrics("lr", "0.1")
 
@@ -120,7 +122,7 @@ def test_train_items_read_only_the_dev_split_of_the_sts_data() -> None:
     evaluation, not training; the items that score the test splits depend on the whole folder."""
     for it in ITEMS:
         sts = {e.path for e in it.deps if e.path.startswith(str(L.sts_dir))}
-        if it.stage in ("train", "train_framework"):
+        if it.stage == "train":
             assert sts == {str(L.sts_manifest), str(L.sts_split("STSBenchmark-dev"))}, it.name
-        elif it.stage in ("evaluate", "evaluate_framework"):
+        elif it.stage == "evaluate":
             assert sts == {str(L.sts_dir)}, it.name

@@ -73,7 +73,9 @@ def test_matrix_items_are_the_stage_tables_named_as_dvc_names_them(tmp_path) -> 
         yaml.safe_dump({"sweep": sweep, "ablation": {"loss": "infonce", "temperatures": [0.1], "ms": []}})
     )
     items = repo_matrix_items(tmp_path)
-    assert items["train@all-MiniLM-L6-v2-infonce-2"] == {
+    # no sweep.frameworks: the default framework's items
+    assert items["train@simcse-all-MiniLM-L6-v2-infonce-2"] == {
+        "framework": "simcse",
         "backbone": "all-MiniLM-L6-v2",
         "loss": "infonce",
         "seed": 2,

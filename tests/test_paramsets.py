@@ -85,7 +85,11 @@ def test_use_stacks_nothing_in_a_git_checkout(tmp_path: Path) -> None:
     use(root, "hcl")
     use(root, "frameworks")  # base = HEAD's params.yaml, so no hcl loss carried over
     p = load_params(root / "params.yaml")
-    assert p.sweep.losses == ("infonce", "focal_infonce") and p.sweep.frameworks == ("promptbert", "diffcse")
+    assert p.sweep.losses == ("infonce", "focal_infonce") and p.sweep.frameworks == (
+        "simcse",
+        "promptbert",
+        "diffcse",
+    )
     assert p.raw == compose_set(REPO, "frameworks")
 
 

@@ -33,7 +33,7 @@ def project(tiny_repro: Path) -> Path:
 
 
 def _eval(project: Path, loss: str, seed: int) -> dict:
-    return read_result(project / f"metrics/eval/tiny-{loss}-seed{seed}.json")
+    return read_result(project / f"metrics/eval/simcse-tiny-{loss}-seed{seed}.json")
 
 
 def test_outputs_have_the_expected_content(project: Path, data_mirror: Path) -> None:
@@ -45,11 +45,11 @@ def test_outputs_have_the_expected_content(project: Path, data_mirror: Path) -> 
     )
     for loss in ("infonce", "focal_infonce"):
         for seed in (1, 2):
-            record = json.loads((project / f"models/tiny/{loss}/seed{seed}/focalcse.json").read_text())
+            record = json.loads((project / f"models/simcse/tiny/{loss}/seed{seed}/focalcse.json").read_text())
             assert record["eval_pooler"] == "cls_before_pooler" and record["train_pooler"] == "cls"
-            train = read_result(project / f"metrics/train/tiny-{loss}-seed{seed}.json")
+            train = read_result(project / f"metrics/train/simcse-tiny-{loss}-seed{seed}.json")
             assert train["steps"] == 6 and train["meta"]["loss"] == loss and train["meta"]["seed"] == seed
-            dev = json.loads((project / f"metrics/curves/dev/tiny-{loss}-seed{seed}.json").read_text())
+            dev = json.loads((project / f"metrics/curves/dev/simcse-tiny-{loss}-seed{seed}.json").read_text())
             assert [d["step"] for d in dev] == [0, 3, 6]
             assert train["stsb_dev_best"] == max(d["stsb_dev_spearman"] for d in dev if d["step"] > 0)
             ev = _eval(project, loss, seed)
@@ -73,7 +73,7 @@ def test_reported_scores_match_plain_transformers(
     AutoModel's [CLS] and scipy's spearmanr on the mirror's SentEval files (tests/sts_reference.py)."""
     ev = _eval(project, loss, seed)
     downstream = data_mirror / "senteval" / "downstream"
-    embed = ref.HfEmbedder(project / f"models/tiny/{loss}/seed{seed}", "cls_before_pooler")
+    embed = ref.HfEmbedder(project / f"models/simcse/tiny/{loss}/seed{seed}", "cls_before_pooler")
     expected = {t: ref.task_score(embed, ref.read_task(downstream, t))[0] for t in TASKS}
     assert {t: ev[t] for t in TASKS} == pytest.approx(expected, abs=SCORE_TOL)
     assert ev["avg"] == pytest.approx(np.mean(list(expected.values())), abs=AVG_TOL)
@@ -114,10 +114,10 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, t
     ran = set(re.findall(r"Running stage '([^']+)'", out))
     assert ran == {
         "check",  # every params edit reruns it; its output is constant, so it reruns nothing itself
-        "train@tiny-infonce-3",
-        "train@tiny-focal_infonce-3",
-        "evaluate@tiny-infonce-3",
-        "evaluate@tiny-focal_infonce-3",
+        "train@simcse-tiny-infonce-3",
+        "train@simcse-tiny-focal_infonce-3",
+        "evaluate@simcse-tiny-infonce-3",
+        "evaluate@simcse-tiny-focal_infonce-3",
         "significance",
         "report",
         # not hard_negatives: its items depend on the first seed's models only
@@ -128,7 +128,7 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, t
     summary = json.loads((project / "metrics/summary.json").read_text())
     assert set(summary) == {"infonce", "focal_infonce"}  # one backbone: <loss>.<stat>
     assert summary["focal_infonce"]["p"] == pytest.approx(sig["ttest"]["focal_infonce"]["avg"]["p_value"])
-    assert not (project / "models/tiny/infonce/seed2").exists()  # seed 2 left the sweep: removed
+    assert not (project / "models/simcse/tiny/infonce/seed2").exists()  # seed 2 left the sweep: removed
     assert not list(project.glob("metrics/**/*seed2*.json"))
 
     # dropping a seed: its outputs go, nothing retrains, and DVC is clean afterwards
@@ -138,7 +138,7 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, t
     ran = set(re.findall(r"Running stage '([^']+)'", proc.stdout))
     assert ran == {"check", "significance", "report"}
     assert "removed 16 output(s) of items no longer in the sweep" in proc.stdout + proc.stderr
-    assert not (project / "models/tiny/focal_infonce/seed3").exists()
+    assert not (project / "models/simcse/tiny/focal_infonce/seed3").exists()
     assert not list(project.glob("metrics/**/*seed3*.json"))
     status = run(["dvc", "status"], project, env).stdout
     assert changed_stages(status) <= {"check"}, status
@@ -158,15 +158,15 @@ def test_failed_train_leaves_no_model_and_fixed_rerun_matches(
     params = yaml.safe_load((dest / "params.yaml").read_text())
     params["train"]["lr"] = 1.0e30  # weights overflow after the first step: loss becomes NaN mid-run
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    target = "train@tiny-infonce-1"  # sample, prepare_sts and train: the stages the failure concerns
+    target = "train@simcse-tiny-infonce-1"  # sample, prepare_sts and train: the stages the failure concerns
     proc = subprocess.run(["dvc", "repro", target], cwd=dest, env=env, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "loss is nan" in (proc.stdout + proc.stderr).lower()
-    assert not (dest / "models/tiny/infonce/seed1").exists()
-    assert not (dest / "metrics/train/tiny-infonce-seed1.json").exists()
+    assert not (dest / "models/simcse/tiny/infonce/seed1").exists()
+    assert not (dest / "metrics/train/simcse-tiny-infonce-seed1.json").exists()
     params["train"]["lr"] = yaml.safe_load((project / "params.yaml").read_text())["train"]["lr"]
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run(["dvc", "repro", "evaluate@tiny-infonce-1"], dest, env)
+    run(["dvc", "repro", "evaluate@simcse-tiny-infonce-1"], dest, env)
     fixed, clean = _eval(dest, "infonce", 1), _eval(project, "infonce", 1)
     for key in [*TASKS, "avg", "alignment", "uniformity"]:
         assert fixed[key] == clean[key]

@@ -19,10 +19,10 @@ pytestmark = pytest.mark.slow  # two servers, two workers and ten DVC stages: a 
 
 REPO = Path(__file__).resolve().parents[1]
 ITEMS = {
-    "train@tiny-infonce-1",
-    "train@tiny-focal_infonce-1",
-    "evaluate@tiny-infonce-1",
-    "evaluate@tiny-focal_infonce-1",
+    "train@simcse-tiny-infonce-1",
+    "train@simcse-tiny-focal_infonce-1",
+    "evaluate@simcse-tiny-infonce-1",
+    "evaluate@simcse-tiny-focal_infonce-1",
 }
 
 
@@ -67,7 +67,7 @@ def test_pool_items_run_on_the_workers_and_come_back_through_dvc(tmp_path, data_
     ).stdout
     assert "up to date" in status, status
     for item in ("infonce", "focal_infonce"):
-        assert json.loads((coord / f"metrics/eval/tiny-{item}-seed1.json").read_text())["avg"] > 0
+        assert json.loads((coord / f"metrics/eval/simcse-tiny-{item}-seed1.json").read_text())["avg"] > 0
 
     # every process stopped on the first SIGINT, exit 0 (a worker that missed it would need the
     # demo's second SIGINT, on which Prefect's CLI SIGKILLs it: exit -9, 90 s later)

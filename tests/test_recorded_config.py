@@ -5,6 +5,7 @@ the frameworks, which train padded."""
 
 from __future__ import annotations
 
+import json
 import random
 import warnings
 from pathlib import Path
@@ -62,7 +63,9 @@ def _params(tmp_path: Path, source: Path, framework: str):
         "backbones": ["tiny"],
         "losses": ["infonce", "focal_infonce"],
         "seeds": [1],
-        **({"frameworks": [framework], "framework_backbones": ["tiny"]} if framework != "simcse" else {}),
+        "frameworks": ["simcse"]
+        if framework == "simcse"
+        else ["simcse", framework],  # every one trains "tiny"
     }
     raw["train"] = {**raw["train"], "batch_size": 8, "max_steps": 2, "eval_steps": 2, "precision": "fp32"}
     raw["train"].update(lr=1e-3, max_seq_len=16)
@@ -119,6 +122,13 @@ def test_meta_json_and_effective_config_record_the_path_the_trainer_took(
     assert list(recorded) == list(cfg.to_dict())  # same keys, same order
     if framework == "simcse" and unpad:
         assert recorded == cfg.to_dict()  # an item that runs as configured records exactly its config
+    # a framework with settings of its own records them; SimCSE, which has none, records no framework
+    own = framework != "simcse"
+    assert ("framework" in metrics["meta"]) is own and ("framework" in effective) is own
+    saved = json.loads((item.model_dir / "focalcse.json").read_text())
+    assert ("framework" in saved) is own
+    if own:
+        assert metrics["meta"]["framework"]["name"] == saved["framework"]["name"] == framework
     if framework == "promptbert":
         _assert_vector_is_the_mask_token(seen["encoder"])
 

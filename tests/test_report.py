@@ -297,7 +297,7 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
 
     sw = params.sweep
     evals = {
-        (b, loss, s): _json(metrics / "eval" / f"{run_name(b, loss, s)}.json")
+        (b, loss, s): _json(metrics / "eval" / f"{run_name(b, loss, s, 'simcse')}.json")
         for b in sw.backbones
         for loss in sw.losses
         for s in sw.seeds
@@ -379,8 +379,8 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
     items = [_json(p) for p in result_files(metrics / "ablation")] if (metrics / "ablation").is_dir() else []
     ab = params.ablation
     main = (params.ablation_backbone, ab.loss, ab.seed)
-    main_eval = _json(metrics / "eval" / f"{run_name(*main)}.json")
-    main_train = _json(metrics / "train" / f"{run_name(*main)}.json")
+    main_eval = _json(metrics / "eval" / f"{run_name(*main, 'simcse')}.json")
+    main_train = _json(metrics / "train" / f"{run_name(*main, 'simcse')}.json")
     band = [evals[(main[0], main[1], s)]["STSBenchmark"] for s in sw.seeds]
     band_text = f"{min(band):.2f}–{max(band):.2f}, width {max(band) - min(band):.2f}."
     paragraphs = [line for line in md.splitlines() if line.startswith("Seed band")]
@@ -447,7 +447,7 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
     for b in sw.backbones:
         assert f"`{b}` ← `{params.backbone_source(b)}`" in md
     walls = [evals[k]["meta"]["wall_time_s"] for k in evals]
-    walls += [_json(metrics / "train" / f"{run_name(*k)}.json")["wall_seconds"] for k in evals]
+    walls += [_json(metrics / "train" / f"{run_name(*k, 'simcse')}.json")["wall_seconds"] for k in evals]
     walls += [
         i["wall_seconds"]
         for i in items
@@ -480,7 +480,7 @@ def write_synthetic_metrics(project: Path, params: Params) -> None:
     for b in sw.backbones:
         for loss in sw.losses:
             for seed in [*sw.seeds, 99]:  # seed 99: a stale run the report must ignore
-                name = run_name(b, loss, seed)
+                name = run_name(b, loss, seed, "simcse")
                 ev = {t: float(70 + 5 * rng.random()) for t in TASKS}
                 if b == "mini":
                     ev["STS12"] = 50.0  # identical for both losses: the t-test is undefined (n/a)
@@ -986,7 +986,7 @@ def test_the_seed_band_and_its_verdict_come_from_the_files(
     layout = Layout.at(root)
     b, loss = params.ablation_backbone, params.ablation.loss
     for seed, value in zip(params.sweep.seeds, main):
-        _set_stsb(root, layout.eval_metrics(b, loss, seed), value)
+        _set_stsb(root, layout.eval_metrics(b, loss, seed, "simcse"), value)
     significance_step.run(params, layout)
     _set_stsb(root, layout.ablation_metrics("tau", "0.03"), tau_item)
     for v, value in zip(("0.2", "0.4"), m_items):
@@ -1106,7 +1106,9 @@ def test_dvc_repro_builds_a_report_matching_the_tiny_runs_metrics(tiny_run: Path
     assert len(_table(tables, "Published Table 2 rows (reference)")) > 1
     # every ablation item trained what params say, as long as the main run it varies, and kept no model
     ab = params.ablation
-    main = _json(tiny_run / "metrics/train" / f"{run_name(params.ablation_backbone, ab.loss, ab.seed)}.json")
+    main = _json(
+        tiny_run / "metrics/train" / f"{run_name(params.ablation_backbone, ab.loss, ab.seed, 'simcse')}.json"
+    )
     items = [_json(p) for p in result_files(tiny_run / "metrics/ablation")]
     for kind in ("tau", "m"):
         mine = sorted((i for i in items if i["kind"] == kind), key=lambda i: i["value"])

@@ -51,11 +51,11 @@ FRAMEWORK_ORDER = ("simcse", "promptbert", "diffcse")
 
 
 def _params(tmp_path: Path, backbones=None, frameworks=("promptbert", "diffcse"), diffcse=None):
+    """``frameworks``: the sweep's frameworks besides SimCSE, the reference (always first)."""
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    raw["sweep"] = {**raw["sweep"], "frameworks": list(frameworks)}
+    raw["sweep"] = {**raw["sweep"], "frameworks": ["simcse", *frameworks]}
     if backbones:
         raw["sweep"]["backbones"] = list(backbones)
-    raw["sweep"]["framework_backbones"] = list(raw["sweep"]["backbones"]) if frameworks else []
     if diffcse is not None:
         raw["frameworks"] = {"diffcse": diffcse}
     raw["tracking"] = {**(raw.get("tracking") or {}), "experiment": "frameworks"}
@@ -91,8 +91,10 @@ def write_metrics(root: Path, params, skip=()) -> None:
         _dump(layout.eval_metrics(b, loss, seed, f), ev)
         _dump(layout.train_metrics(b, loss, seed, f), {"wall_seconds": 10.0, "meta": meta, "best_step": 4})
         if f == "simcse":
-            _dump(layout.loss_curve(b, loss, seed), [{"step": i, "loss": 1 / i} for i in range(1, 5)])
-            _dump(layout.dev_curve(b, loss, seed), [{"step": i, "stsb_dev_spearman": 70 + i} for i in (0, 4)])
+            _dump(layout.loss_curve(b, loss, seed, f), [{"step": i, "loss": 1 / i} for i in range(1, 5)])
+            _dump(
+                layout.dev_curve(b, loss, seed, f), [{"step": i, "stsb_dev_spearman": 70 + i} for i in (0, 4)]
+            )
     significance_step.run(params, layout)
 
 
@@ -312,8 +314,8 @@ def test_a_three_framework_report_has_table3_promptbert_rows_every_table2_and_th
     assert "The dev checkpoint is selected with template denoising" in md
     assert "Frameworks: SimCSE, PromptBERT, DiffCSE (sweep.frameworks)" in md
     assert "SimCSE runs only" in md  # the per-run figures say so
-    # the wall time counts every framework's files
-    assert "train_framework 120.0 s (12 files); evaluate_framework 24.0 s (12 files)" in md
+    # the wall time counts every framework's files (3 frameworks x 2 losses x 3 seeds)
+    assert "train 180.0 s (18 files); evaluate 36.0 s (18 files)" in md
 
 
 def test_a_configured_generator_is_named_instead(tmp_path) -> None:

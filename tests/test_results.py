@@ -90,13 +90,18 @@ def test_prune_removes_only_the_outputs_of_items_outside_the_sweep(tmp_path: Pat
     files = []
     for loss in ("infonce", "focal_infonce"):
         for seed in (1, 2):
-            item = layout.train_item("tiny", loss, seed)
+            item = layout.train_item("tiny", loss, seed, "simcse")
             (item.model_dir / "model.safetensors").parent.mkdir(parents=True)
             (item.model_dir / "model.safetensors").write_text("w")
             work = item.model_dir.parent / f".seed{seed}.work"
             work.mkdir()
-            files += [item.model_dir, work, *item.json_outputs, layout.eval_metrics("tiny", loss, seed)]
-            files += [companion_file(layout.eval_metrics("tiny", loss, seed), "subsets")]
+            files += [
+                item.model_dir,
+                work,
+                *item.json_outputs,
+                layout.eval_metrics("tiny", loss, seed, "simcse"),
+            ]
+            files += [companion_file(layout.eval_metrics("tiny", loss, seed, "simcse"), "subsets")]
         files += [layout.hard_negatives_file("tiny", loss)]
     for t in ("0.03", "0.1"):
         files += [
@@ -107,7 +112,7 @@ def test_prune_removes_only_the_outputs_of_items_outside_the_sweep(tmp_path: Pat
         if not f.exists():
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text("{}")
-    keep_mine = layout.models_dir / "tiny" / "infonce" / "notes.txt"  # not named like an output
+    keep_mine = layout.models_dir / "simcse" / "tiny" / "infonce" / "notes.txt"  # not named like an output
     keep_mine.write_text("mine")
     assert prune_stale(wide, layout) == []  # everything belongs to the sweep
     narrow = _params(tmp_path, [1], [0.1])

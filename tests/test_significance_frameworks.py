@@ -324,11 +324,11 @@ def test_summary_keys_of_a_three_framework_sweep() -> None:
 
 # ---------------------------------------------------------------- the step, on files
 def _params(tmp_path: Path, frameworks: list[str], backbones: list[str] | None = None):
+    """``frameworks``: the sweep's frameworks besides SimCSE, the reference (always first)."""
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    raw["sweep"] = {**raw["sweep"], "frameworks": frameworks}
+    raw["sweep"] = {**raw["sweep"], "frameworks": ["simcse", *frameworks]}
     if backbones:
         raw["sweep"]["backbones"] = backbones
-    raw["sweep"]["framework_backbones"] = list(raw["sweep"]["backbones"]) if frameworks else []
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return load_params(path)
@@ -385,7 +385,7 @@ def test_simcse_only_outputs_are_byte_identical_to_the_committed_ones(tmp_path) 
     if "frameworks" in committed:
         pytest.skip("the committed significance.json comes from a sweep with frameworks")
     params = load_params(REPO / "params.yaml")
-    params = params.with_changes(sweep=dataclasses.replace(params.sweep, frameworks=()))
+    params = params.with_changes(sweep=dataclasses.replace(params.sweep, frameworks=("simcse",)))
     layout = Layout.at(tmp_path)
     (tmp_path / "metrics").mkdir()
     shutil.copytree(REPO / "metrics/eval", tmp_path / "metrics/eval")

@@ -152,7 +152,7 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     from focalcse.core.model import SentenceEncoder
 
     env = project_env(project)  # MLFLOW_TRACKING_URI = sqlite:///<copy>/mlflow.db
-    run(["dvc", "repro", "evaluate@tiny-infonce-1"], project, env)
+    run(["dvc", "repro", "evaluate@simcse-tiny-infonce-1"], project, env)
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     exp = client.get_experiment_by_name("tiny")
     assert exp is not None and exp.artifact_location == (project / "mlartifacts").as_uri()
@@ -163,8 +163,8 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     tags = r.data.tags
     assert (tags["backbone"], tags["loss"], tags["seed"]) == ("tiny", "infonce", "1")
     assert (
-        tags["dvc_stage"] == "train@tiny-infonce-1"
-        and tags["dvc_stage_evaluate"] == "evaluate@tiny-infonce-1"
+        tags["dvc_stage"] == "train@simcse-tiny-infonce-1"
+        and tags["dvc_stage_evaluate"] == "evaluate@simcse-tiny-infonce-1"
     )
     assert len(tags["params_hash"]) == 12 and len(tags["git_commit"]) >= 40
     assert r.data.params["train.loss"] == "infonce" and r.data.params["train.batch_size"] == "32"
@@ -192,10 +192,10 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     logged = {k: v for k, v in r.data.params.items() if k.startswith("train.")}
     assert logged == tracking.flatten(json.loads(shown), "train.")
 
-    train = json.loads((project / "metrics/train/tiny-infonce-seed1.json").read_text())
+    train = json.loads((project / "metrics/train/simcse-tiny-infonce-seed1.json").read_text())
     loss = client.get_metric_history(r.info.run_id, "loss")
     assert [m.step for m in loss] == list(range(1, train["steps"] + 1))
-    curve = json.loads((project / "metrics/curves/loss/tiny-infonce-seed1.json").read_text())
+    curve = json.loads((project / "metrics/curves/loss/simcse-tiny-infonce-seed1.json").read_text())
     assert [m.value for m in loss] == pytest.approx([c["loss"] for c in curve])
     assert len(client.get_metric_history(r.info.run_id, "lr")) == train["steps"]
     grad_norm = client.get_metric_history(r.info.run_id, "grad_norm")  # pre-clip, every step
@@ -206,7 +206,7 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     metrics = r.data.metrics
     assert metrics["best_step"] == train["best_step"] and metrics["sentences_per_second"] > 0
     assert metrics["wall_seconds"] == pytest.approx(train["wall_seconds"])
-    ev = json.loads((project / "metrics/eval/tiny-infonce-seed1.json").read_text())
+    ev = json.loads((project / "metrics/eval/simcse-tiny-infonce-seed1.json").read_text())
     assert {t: metrics[t] for t in TASKS} == pytest.approx({t: ev[t] for t in TASKS})
     assert metrics["sts_avg"] == pytest.approx(ev["avg"])
 
@@ -215,7 +215,7 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     assert tracking.folder_fingerprint(downloaded) == tags["model_sha256"]
     sentences = ["a man is playing a guitar", "two dogs run in the park"]
     got = encode(SentenceEncoder.from_pretrained(downloaded), sentences)
-    want = encode(SentenceEncoder.from_pretrained(project / "models/tiny/infonce/seed1"), sentences)
+    want = encode(SentenceEncoder.from_pretrained(project / "models/simcse/tiny/infonce/seed1"), sentences)
     assert torch.equal(got, want)
     # ... and is the run's MLflow (sentence-transformers) model, under "Logged models"
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"

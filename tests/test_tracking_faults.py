@@ -377,9 +377,9 @@ def test_a_store_down_at_the_start_queues_the_whole_run_and_sync_creates_it(
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(params.tracking.experiment)
     (r,) = client.search_runs([exp.experiment_id])
-    assert r.info.status == "FINISHED" and r.info.run_name == "all-MiniLM-L6-v2-infonce-seed1"
+    assert r.info.status == "FINISHED" and r.info.run_name == "simcse-all-MiniLM-L6-v2-infonce-seed1"
     assert r.info.end_time >= r.info.start_time
-    assert r.data.tags["dvc_stage"] == "train@all-MiniLM-L6-v2-infonce-1"
+    assert r.data.tags["dvc_stage"] == "train@simcse-all-MiniLM-L6-v2-infonce-1"
     assert r.data.params["train.loss"] == "infonce"
     for key in ("loss", "lr"):
         assert [m.step for m in client.get_metric_history(r.info.run_id, key)] == [1, 2, 3, 4]

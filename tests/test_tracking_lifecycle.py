@@ -82,7 +82,7 @@ def test_a_run_of_another_host_is_never_marked_killed(tmp_path: Path, monkeypatc
     store = MlflowClient(uri)
     exp = store.create_experiment("hosts", artifact_location=(tmp_path / "art").as_uri())
     dead = _dead_pid()  # a PID that runs nothing here
-    stage = {"dvc_stage": "train@tiny-infonce-1", "focalcse_stage": "train"}
+    stage = {"dvc_stage": "train@simcse-tiny-infonce-1", "focalcse_stage": "train"}
     elsewhere = {**tracking.identity_tags(), "focalcse.host": "worker-2", "focalcse.pid": str(dead)}
     elsewhere.pop("focalcse.machine_id", None)
     plain = store.create_run(exp, tags={**stage, **elsewhere})
@@ -179,7 +179,7 @@ def test_killed_before_its_first_checkpoint_then_rerun(project: Path) -> None:
     from mlflow import MlflowClient
 
     env = project_env(project)  # sqlite store in the copy
-    work = project / "models/tiny/infonce/.seed1.work"
+    work = project / "models/simcse/tiny/infonce/.seed1.work"
     proc = _start_train(project, env, 1, stdout=subprocess.DEVNULL)
     _wait_for(lambda: _logged(project, 3), proc)  # a few steps logged
     os.kill(proc.pid, signal.SIGKILL)
@@ -198,7 +198,7 @@ def test_killed_before_its_first_checkpoint_then_rerun(project: Path) -> None:
 
     done = run([sys.executable, "stages/train.py", "tiny", "infonce", "1"], project, env)
     assert f"MLflow run {dead_id} marked KILLED" in done.stdout
-    runs = {r.info.run_id: r for r in _stage_runs(client, "train@tiny-infonce-1")}
+    runs = {r.info.run_id: r for r in _stage_runs(client, "train@simcse-tiny-infonce-1")}
     assert len(runs) == 2 and dead_id in runs
     (new_id,) = set(runs) - {dead_id}
     assert runs[new_id].info.status == "FINISHED" and runs[dead_id].info.status == "KILLED"
@@ -208,7 +208,7 @@ def test_killed_before_its_first_checkpoint_then_rerun(project: Path) -> None:
     }
     assert journaled and journaled <= have
     assert not _queue_files(project)
-    train = json.loads((project / "metrics/train/tiny-infonce-seed1.json").read_text())
+    train = json.loads((project / "metrics/train/simcse-tiny-infonce-seed1.json").read_text())
     steps = [m.step for m in client.get_metric_history(new_id, "loss")]
     assert steps == list(range(1, train["steps"] + 1))
 
@@ -220,7 +220,7 @@ def test_a_train_run_names_its_datasets_and_commit(project: Path) -> None:
     env = project_env(project)
     run([sys.executable, "stages/train.py", "tiny", "infonce", "2"], project, env)
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
-    (r,) = _stage_runs(client, "train@tiny-infonce-2")
+    (r,) = _stage_runs(client, "train@simcse-tiny-infonce-2")
     assert r.info.status == "FINISHED"
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True, check=True

@@ -47,7 +47,14 @@ def test_tracking_on_and_off_give_identical_outputs(tmp_path: Path, data_mirror:
     )
     off_env = project_env(project, FOCALCSE_TRACKING="off")
     run(["dvc", "repro", "check", "sample", "prepare_sts"], project, off_env)
-    item = ["dvc", "repro", "--force", "--single-item", "train@tiny-infonce-1", "evaluate@tiny-infonce-1"]
+    item = [
+        "dvc",
+        "repro",
+        "--force",
+        "--single-item",
+        "train@simcse-tiny-infonce-1",
+        "evaluate@simcse-tiny-infonce-1",
+    ]
 
     run(item, project, off_env)
     off = _outputs(project)
@@ -60,7 +67,10 @@ def test_tracking_on_and_off_give_identical_outputs(tmp_path: Path, data_mirror:
     runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
     assert [r.info.status for r in runs] == ["FINISHED"]  # ... and really on
 
-    assert any(k.startswith("models/tiny/infonce/seed1/") for k in off)
-    assert {"metrics/train/tiny-infonce-seed1.json", "metrics/eval/tiny-infonce-seed1.json"} <= set(off)
+    assert any(k.startswith("models/simcse/tiny/infonce/seed1/") for k in off)
+    assert {
+        "metrics/train/simcse-tiny-infonce-seed1.json",
+        "metrics/eval/simcse-tiny-infonce-seed1.json",
+    } <= set(off)
     differ = sorted(k for k in off.keys() | on.keys() if off.get(k) != on.get(k))
     assert not differ, f"tracking changed {differ}"

@@ -256,13 +256,16 @@ def test_unsupported_backbones_train_padded_with_a_warning() -> None:
     enc = Enc()
     enc.backbone = backbone
     with pytest.warns(UserWarning, match="distilbert"):
-        assert _use_unpad(enc, TrainConfig(loss="infonce"), None) is False
+        assert _use_unpad(enc, TrainConfig(loss="infonce"), SimpleNamespace(name="simcse")) is False
     supported = Enc()
     supported.backbone = _model("bert")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _use_unpad(supported, TrainConfig(loss="infonce"), None) is True
-        assert _use_unpad(supported, TrainConfig(loss="infonce", unpad=False), None) is False
+        assert _use_unpad(supported, TrainConfig(loss="infonce"), SimpleNamespace(name="simcse")) is True
+        assert (
+            _use_unpad(supported, TrainConfig(loss="infonce", unpad=False), SimpleNamespace(name="simcse"))
+            is False
+        )
         assert _use_unpad(supported, TrainConfig(loss="infonce"), SimpleNamespace(name="diffcse")) is False
     decoder = _model("bert")
     decoder.config.is_decoder = True

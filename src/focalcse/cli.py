@@ -78,6 +78,7 @@ def _config(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--seed {args.seed}: expected one of {args.params}'s sweep.seeds ({', '.join(map(str, sw.seeds))})"
         )
+    args.framework = args.framework or sw.reference
     if args.framework not in all_frameworks():
         raise ValueError(f"--framework {args.framework!r}: expected one of {', '.join(all_frameworks())}")
     if args.framework not in sw.all_frameworks:
@@ -191,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     cf.add_argument("--seed", type=int, default=None, help="a sweep seed (default: the first)")
     cf.add_argument(
         "--framework",
-        default="simcse",
-        help="simcse (default) or a registered framework: adds frameworks.<F>'s train keys and its own settings",
+        default=None,
+        help="a registered framework (default: the set's first, sweep.frameworks[0]): adds frameworks.<F>'s "
+        "train keys and its own settings",
     )
     cf.set_defaults(func=_config)
     ps = sub.add_parser("params", help="parameter sets: params/<name>.yaml overlays on params.yaml")

@@ -44,33 +44,22 @@ def safe_name(backbone: str) -> str:
     return backbone.replace("/", "__")
 
 
-# The framework of the ``train`` / ``evaluate`` stages; every other framework's items are the
-# ``train_framework`` / ``evaluate_framework`` stages, whose matrix adds the framework axis
-# (``sweep.frameworks``). SimCSE's paths, names and commands carry no framework, so adding a framework
-# to a sweep leaves every SimCSE item exactly as it was (DVC restores it instead of retraining).
-BASE_FRAMEWORK = "simcse"
 # in data/sts: every prepared split with its counts (focalcse.data.sts.write_prepared)
 STS_MANIFEST = "manifest.json"
 # the split a train item's dev check scores (focalcse.eval.sts_eval.stsb_dev_evaluator): its only STS input
 DEV_SPLIT = "STSBenchmark-dev"
 # in each pretrain_generator item's folder: how its MLM was trained, or why none was
 GENERATOR_RECORD = "generator.json"
-FRAMEWORK_STAGES = {"train": "train_framework", "evaluate": "evaluate_framework"}
 
 
-def run_name(backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> str:
-    """``<backbone>-<loss>-seed<k>`` (SimCSE) or ``<framework>-<backbone>-<loss>-seed<k>``: one matrix
-    item in file names and tracking."""
-    base = f"{safe_name(backbone)}-{loss}-seed{seed}"
-    return base if framework == BASE_FRAMEWORK else f"{framework}-{base}"
+def run_name(backbone: str, loss: str, seed: int, framework: str) -> str:
+    """``<framework>-<backbone>-<loss>-seed<k>``: one train / evaluate item in file names and tracking."""
+    return f"{framework}-{safe_name(backbone)}-{loss}-seed{seed}"
 
 
-def stage_name(stage: str, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> str:
-    """The DVC name of a ``train`` / ``evaluate`` matrix item: ``train@<backbone>-<loss>-<seed>``
-    (SimCSE) or ``train_framework@<framework>-<backbone>-<loss>-<seed>``."""
-    if framework == BASE_FRAMEWORK:
-        return f"{stage}@{backbone}-{loss}-{seed}"
-    return f"{FRAMEWORK_STAGES[stage]}@{framework}-{backbone}-{loss}-{seed}"
+def stage_name(stage: str, backbone: str, loss: str, seed: int, framework: str) -> str:
+    """The DVC name of a ``train`` / ``evaluate`` matrix item: ``train@<framework>-<backbone>-<loss>-<seed>``."""
+    return f"{stage}@{framework}-{backbone}-{loss}-{seed}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +72,7 @@ class TrainItem:
     metrics_file: Path
     curve_file: Path
     dev_file: Path
-    prepared_dir: Path | None = None  # the framework's pretrain_generator item (None: SimCSE)
+    prepared_dir: Path | None = None  # the framework's pretrain_generator item
 
     @property
     def json_outputs(self) -> tuple[Path, Path, Path, Path]:
@@ -141,10 +130,9 @@ class Layout:
     def models_dir(self) -> Path:
         return self.root / "models"
 
-    def model_dir(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
-        """``models/<backbone>/<loss>/seed<k>`` (SimCSE) or ``models/<framework>/<backbone>/<loss>/seed<k>``."""
-        base = self.models_dir if framework == BASE_FRAMEWORK else self.models_dir / framework
-        return base / safe_name(backbone) / loss / f"seed{seed}"
+    def model_dir(self, backbone: str, loss: str, seed: int, framework: str) -> Path:
+        """``models/<framework>/<backbone>/<loss>/seed<k>``."""
+        return self.models_dir / framework / safe_name(backbone) / loss / f"seed{seed}"
 
     @property
     def generators_dir(self) -> Path:
@@ -195,16 +183,16 @@ class Layout:
         """One ``hard_negatives`` item: the starting model and ``loss``'s first-seed model."""
         return self.hard_negatives_dir / f"{safe_name(backbone)}-{loss}.json"
 
-    def train_metrics(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+    def train_metrics(self, backbone: str, loss: str, seed: int, framework: str) -> Path:
         return self.train_metrics_dir / f"{run_name(backbone, loss, seed, framework)}.json"
 
-    def loss_curve(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+    def loss_curve(self, backbone: str, loss: str, seed: int, framework: str) -> Path:
         return self.curves_dir / "loss" / f"{run_name(backbone, loss, seed, framework)}.json"
 
-    def dev_curve(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+    def dev_curve(self, backbone: str, loss: str, seed: int, framework: str) -> Path:
         return self.curves_dir / "dev" / f"{run_name(backbone, loss, seed, framework)}.json"
 
-    def eval_metrics(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> Path:
+    def eval_metrics(self, backbone: str, loss: str, seed: int, framework: str) -> Path:
         return self.eval_dir / f"{run_name(backbone, loss, seed, framework)}.json"
 
     def ablation_metrics(self, kind: str, value: str) -> Path:
@@ -213,7 +201,7 @@ class Layout:
             raise ValueError(f"ablation kind {kind!r}: expected one of {', '.join(ABLATION_KINDS)}")
         return self.ablation_dir / f"{kind}-{value}.json"
 
-    def train_item(self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK) -> TrainItem:
+    def train_item(self, backbone: str, loss: str, seed: int, framework: str) -> TrainItem:
         return TrainItem(
             corpus_file=self.corpus_file,
             sts_dir=self.sts_dir,
@@ -221,7 +209,7 @@ class Layout:
             metrics_file=self.train_metrics(backbone, loss, seed, framework),
             curve_file=self.loss_curve(backbone, loss, seed, framework),
             dev_file=self.dev_curve(backbone, loss, seed, framework),
-            prepared_dir=None if framework == BASE_FRAMEWORK else self.generator_dir(framework, backbone),
+            prepared_dir=self.generator_dir(framework, backbone),
         )
 
     # ---------------------------------------------------------------- every stage's outputs
@@ -231,7 +219,7 @@ class Layout:
         backbone: str = "",
         loss: str = "",
         seed: int = 0,
-        framework: str = BASE_FRAMEWORK,
+        framework: str = "",
         value: str = "",
     ) -> set[Path]:
         """What one item of ``stage`` writes, companions included: the one table of outputs.
@@ -267,7 +255,6 @@ class Layout:
             "hard_negatives": lambda: with_companions(self.hard_negatives_file(backbone, loss), "meta"),
             "report": lambda: {self.reports_dir},
         }
-        table |= {fs: table[base] for base, fs in FRAMEWORK_STAGES.items()}
         if stage not in table:
             raise ValueError(f"stage {stage!r}: expected one of {', '.join(table)}")
         return table[stage]()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.config import Params
-from focalcse.layout import ABLATION_KINDS, BASE_FRAMEWORK, DEV_SPLIT, Layout, companion_file
+from focalcse.layout import ABLATION_KINDS, DEV_SPLIT, Layout, companion_file
 
 Values = Mapping[str, Any]  # an item's values: the matrix axes plus FIRST_SEED
 
@@ -53,9 +53,14 @@ def line(path: Path | str, comment: str = "", above: tuple[str, ...] = ()) -> En
     return Entry(str(path), comment=comment, above=above)
 
 
-# A value every item sees besides its axes: the first sweep seed (hard_negatives reads that model).
+# Values every item sees besides its axes: the first sweep seed (hard_negatives reads that model) and
+# the reference framework, the sweep's first (the ablations train it, hard_negatives reads its model).
 FIRST_SEED = "first_seed"
-PLACEHOLDERS = {FIRST_SEED: "${sweep.seeds[0]}"}
+REFERENCE = "reference"
+PLACEHOLDERS = {FIRST_SEED: "${sweep.seeds[0]}", REFERENCE: "${sweep.frameworks[0]}"}
+# The template naming an item's own framework: its axis, or the reference for a stage without one.
+ITEM_FRAMEWORK = "${item.framework}"
+REFERENCE_FRAMEWORK = PLACEHOLDERS[REFERENCE]
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ class Stage:
     key_comment: Mapping[str, str] = field(default_factory=dict)
     # code deps an item picks by name (imported by computed name, so no closure reaches them):
     own_loss: str = ""  # the value naming its loss module: "${item.loss}" / "${ablation.loss}"
-    own_framework: bool = False  # its framework's own modules and settings (the item's framework axis)
+    own_framework: str = ""  # the value naming its framework's modules: ITEM_FRAMEWORK / REFERENCE_FRAMEWORK
     observer_outputs: frozenset[str] = frozenset()  # observers whose words are this stage's output
     code_folders: tuple[str, ...] = ()  # packages depended on whole (their modules and data files)
     named_folders: tuple[str, ...] = ()  # packages whose modules it reads by name: depended on whole
@@ -101,22 +106,17 @@ def _placeholders(stage: Stage) -> dict[str, Any]:
 CHECK_DEP = "the check stage passed (params and sources valid)"
 PER_ITEM = ("per-item numbers and their provenance: plain outputs (DVC's metrics are metrics/summary.json)",)
 TRAIN_PARAMS = ("train", "backbone_overrides", "loss_overrides", "eval.batch_size")
-SWEEP_AXES = (("backbone", "sweep.backbones", ""), ("loss", "sweep.losses", ""), ("seed", "sweep.seeds", ""))
-FRAMEWORK_AXES = (
+SWEEP_AXES = (
     ("framework", "sweep.frameworks", ""),
-    ("backbone", "sweep.framework_backbones", ""),
+    ("backbone", "sweep.backbones", ""),
     ("loss", "sweep.losses", ""),
     ("seed", "sweep.seeds", ""),
 )
 
 
 def _run(v: Values) -> tuple[Any, ...]:
-    """A train / evaluate item's Layout arguments (SimCSE when it has no framework axis)."""
-    return (v["backbone"], v["loss"], v["seed"], v.get("framework", BASE_FRAMEWORK))
-
-
-def _framework_flag(v: Values) -> str:
-    return f" --framework {v['framework']}" if "framework" in v else ""
+    """A train / evaluate item's Layout arguments."""
+    return (v["backbone"], v["loss"], v["seed"], v["framework"])
 
 
 def _train_outs(L: Layout, v: Values) -> list[Entry]:
@@ -143,15 +143,13 @@ def _train_deps(L: Layout, v: Values) -> list[Entry]:
             L.sts_split(DEV_SPLIT), "the one split it reads: an edit to a test split reruns only evaluation"
         ),
     ]
-    if "framework" in v:
-        generator = L.generator_dir(v["framework"], v["backbone"])
-        deps.append(line(generator, "its own framework's generator item"))
+    generator = L.generator_dir(v["framework"], v["backbone"])
+    deps.append(line(generator, "its own framework's generator item"))
     return deps
 
 
 def _train_params(v: Values) -> list[Entry]:
-    own = [line(f"frameworks.{v['framework']}")] if "framework" in v else []
-    return [*map(line, TRAIN_PARAMS), *own]
+    return [*map(line, TRAIN_PARAMS), line(f"frameworks.{v['framework']}")]
 
 
 def _eval_outs(L: Layout, v: Values) -> list[Entry]:
@@ -159,33 +157,33 @@ def _eval_outs(L: Layout, v: Values) -> list[Entry]:
     return [plain(metrics), *(plain(companion_file(metrics, k)) for k in ("subsets", "meta"))]
 
 
-def _train(name: str, axes: tuple[tuple[str, str, str], ...], **extra: Any) -> Stage:
+def _train(**extra: Any) -> Stage:
     return Stage(
-        name,
-        cmd=lambda v: f"python stages/train.py {v['backbone']} {v['loss']} {v['seed']}{_framework_flag(v)}",
-        matrix=axes,
+        "train",
+        cmd=lambda v: f"python stages/train.py {v['framework']} {v['backbone']} {v['loss']} {v['seed']}",
+        matrix=SWEEP_AXES,
         deps=_train_deps,
         params=_train_params,
         outs=_train_outs,
         plots=_train_plots,
         own_loss="${item.loss}",
+        own_framework=ITEM_FRAMEWORK,
         **extra,
     )
 
 
-def _evaluate(name: str, axes: tuple[tuple[str, str, str], ...], **extra: Any) -> Stage:
+def _evaluate(**extra: Any) -> Stage:
     return Stage(
-        name,
-        cmd=lambda v: (
-            f"python stages/evaluate.py {v['backbone']} {v['loss']} {v['seed']}{_framework_flag(v)}"
-        ),
-        matrix=axes,
+        "evaluate",
+        cmd=lambda v: f"python stages/evaluate.py {v['framework']} {v['backbone']} {v['loss']} {v['seed']}",
+        matrix=SWEEP_AXES,
         deps=lambda L, v: [line(L.model_dir(*_run(v))), line(L.sts_dir)],
         params=lambda v: [line("eval")],
         outs=_eval_outs,
         key_comment={
             "outs": "the 7 tasks, avg, wmean, alignment/uniformity; per-subset scores and provenance beside"
         },
+        own_framework=ITEM_FRAMEWORK,
         **extra,
     )
 
@@ -195,6 +193,7 @@ ABLATION_PARAMS = (
     "ablation.backbone",
     "ablation.seed",
     "sweep.backbones",
+    "sweep.frameworks",
     *TRAIN_PARAMS,
     "eval.precision",
 )
@@ -214,9 +213,10 @@ def _ablate(kind: str, above: tuple[str, ...] = ()) -> Stage:
         cmd=lambda v: f"python stages/ablate.py {kind} {v[axis]}",
         matrix=((axis, f"ablation.{key}", f"the default {point}'s point is the main sweep's run"),),
         deps=lambda L, v: [line(L.corpus_file), line(L.sts_dir)],
-        params=lambda v: list(map(line, ABLATION_PARAMS)),
+        params=lambda v: [*map(line, ABLATION_PARAMS), line(f"frameworks.{v[REFERENCE]}")],
         outs=outs,
         own_loss="${ablation.loss}",
+        own_framework=REFERENCE_FRAMEWORK,
         above=above,
     )
 
@@ -290,16 +290,14 @@ STAGES: tuple[Stage, ...] = (
         ],
         outs=lambda L, v: [line(L.sts_dir)],
     ),
-    _train("train", SWEEP_AXES),
-    _evaluate("evaluate", SWEEP_AXES),
     Stage(
         "pretrain_generator",
-        cmd=lambda v: f"python stages/pretrain_generator.py {v['backbone']} --framework {v['framework']}",
-        matrix=(("framework", "sweep.frameworks", ""), ("backbone", "sweep.framework_backbones", "")),
+        cmd=lambda v: f"python stages/pretrain_generator.py {v['framework']} {v['backbone']}",
+        matrix=SWEEP_AXES[:2],
         deps=lambda L, v: [line(L.corpus_file)],
         params=lambda v: [line(f"frameworks.{v['framework']}"), line("backbone_overrides")],
         outs=lambda L, v: [line(L.generator_dir(v["framework"], v["backbone"]))],
-        own_framework=True,
+        own_framework=ITEM_FRAMEWORK,
         above=(
             "The MLM generator of each framework item (framework x backbone): trained here on the corpus for a",
             'framework whose SPEC needs one (DiffCSE) when its settings name none (frameworks.<f>.generator: "";',
@@ -309,18 +307,12 @@ STAGES: tuple[Stage, ...] = (
         ),
     ),
     _train(
-        "train_framework",
-        FRAMEWORK_AXES,
-        own_framework=True,
         above=(
-            "Frameworks besides SimCSE (sweep.frameworks): the same item with the framework axis added. SimCSE's",
-            "items above keep their paths and commands, so adding a framework retrains no SimCSE item. Two stage",
-            "definitions remain (train / train_framework, evaluate / evaluate_framework) because SimCSE's paths",
-            "are a contract without a framework component (models/<backbone>/...) and DVC's templating has no",
-            "conditionals, so one matrix cannot render both path shapes; both run the same script and step.",
+            "One item per framework x backbone x loss x seed: every framework (sweep.frameworks, SimCSE's own",
+            "step among them) runs the same script and step through the framework registry.",
         ),
     ),
-    _evaluate("evaluate_framework", FRAMEWORK_AXES, own_framework=True),
+    _evaluate(),
     Stage(
         "significance",
         cmd=lambda v: "python stages/significance.py",
@@ -351,21 +343,33 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "hard_negatives",
         cmd=lambda v: f"python stages/hard_negatives.py {v['backbone']} {v['loss']}",
-        matrix=SWEEP_AXES[:2],
-        deps=lambda L, v: [line(L.sts_dir), line(L.model_dir(v["backbone"], v["loss"], v[FIRST_SEED]))],
+        matrix=SWEEP_AXES[1:3],
+        deps=lambda L, v: [
+            line(L.sts_dir),
+            line(L.model_dir(v["backbone"], v["loss"], v[FIRST_SEED], v[REFERENCE])),
+        ],
         params=lambda v: list(
             map(
                 line,
-                ("report.hard_negatives", "report.hard_negative_max_gold", *TRAIN_PARAMS, "eval.precision"),
+                (
+                    "report.hard_negatives",
+                    "report.hard_negative_max_gold",
+                    "sweep.frameworks",
+                    *TRAIN_PARAMS,
+                    f"frameworks.{v[REFERENCE]}",
+                    "eval.precision",
+                ),
             )
         ),
         outs=lambda L, v: [
             plain(L.hard_negatives_file(v["backbone"], v["loss"])),
             plain(companion_file(L.hard_negatives_file(v["backbone"], v["loss"]), "meta")),
         ],
+        own_framework=REFERENCE_FRAMEWORK,
         above=(
             "Paper §5.1: the hardest STS-B train negatives under the starting model, before / after training",
-            "(first seed's model of each loss): one item per backbone x loss, depending on that model only.",
+            "(the reference framework's first-seed model of each loss): one item per backbone x loss,",
+            "depending on that model only.",
         ),
     ),
     Stage(
@@ -495,7 +499,7 @@ def expand(params: Params, layout: Layout | None = None, stages: tuple[str, ...]
         lists = [list(_param(params, key)) for _, key, _ in st.matrix]
         for combo in itertools.product(*lists):
             axes = dict(zip(st.axes, combo))
-            values = {**axes, FIRST_SEED: params.sweep.seeds[0]}
+            values = {**axes, FIRST_SEED: params.sweep.seeds[0], REFERENCE: params.sweep.reference}
             out.append(_item(st, layout, item_name(st.name, axes), axes, values))
     return out
 

@@ -41,10 +41,8 @@ from focalcse.core.settings import (
     training_steps,
 )
 from focalcse.errors import ConfigError
-from focalcse.layout import BASE_FRAMEWORK
 
 __all__ = [
-    "BASE_FRAMEWORK",
     "ITEM_KEYS",
     "OTHER_SECTIONS",
     "PRECISIONS",

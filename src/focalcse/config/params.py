@@ -24,7 +24,6 @@ from focalcse.core.backbones import backbone_config
 from focalcse.core.losses import hyper_params, loss_names, loss_spec
 from focalcse.core.settings import HUB_ID, ITEM_KEYS, TrainConfig, _fail, _with, from_dict, recorded_train
 from focalcse.errors import ConfigError
-from focalcse.layout import BASE_FRAMEWORK
 
 
 @dataclass(frozen=True)
@@ -50,12 +49,14 @@ class Params:
         return str((self.backbone_overrides.get(backbone) or {}).get("source", backbone))
 
     def config_layers(
-        self, backbone: str, loss: str, framework: str = BASE_FRAMEWORK
+        self, backbone: str, loss: str, framework: str | None = None
     ) -> list[tuple[str, dict[str, Any]]]:
         """The train keys of one item, layer by layer, later layers winning: ``train``, the backbone's
         overrides (``backbone_overrides.<b>``), the loss's overrides (``loss_overrides.<l>``), the
-        loss's overrides for this backbone (``backbone_overrides.<b>.losses.<l>``), then for a framework
-        other than SimCSE ``frameworks.<f>.train`` and ``frameworks.<f>.backbones.<b>``."""
+        loss's overrides for this backbone (``backbone_overrides.<b>.losses.<l>``), then the framework's
+        ``frameworks.<f>.train`` and ``frameworks.<f>.backbones.<b>`` (``framework`` None: the sweep's
+        reference, its first framework)."""
+        framework = framework or self.sweep.reference
         b_over = dict(self.backbone_overrides.get(backbone) or {})
         b_loss = dict((b_over.pop("losses", None) or {}).get(loss) or {})
         b_over.pop("source", None)
@@ -68,7 +69,7 @@ class Params:
         ]
 
     def train_config(
-        self, backbone: str, loss: str, seed: int, framework: str = BASE_FRAMEWORK, **changes: Any
+        self, backbone: str, loss: str, seed: int, framework: str | None = None, **changes: Any
     ) -> TrainConfig:
         """One matrix item's effective train config: :meth:`config_layers` merged in order, this item's
         loss and seed, and ``changes`` (train keys) on top."""
@@ -80,8 +81,9 @@ class Params:
             own = set(loss_spec(loss).hyper_names)
             for key in set(hyper_params()) - own - set(changes):
                 merged.pop(key, None)
+        framework = framework or self.sweep.reference
         where = f"backbone {backbone}, loss {loss}" + (
-            "" if framework == BASE_FRAMEWORK else f", framework {framework}"
+            "" if framework == self.sweep.reference else f", framework {framework}"
         )
         try:
             return TrainConfig.from_mapping(f"train ({where})", merged)
@@ -92,21 +94,30 @@ class Params:
             raise ConfigError(f"{err} (layers over train for this item: {', '.join(layers)})") from err
 
     def effective_config(
-        self, backbone: str, loss: str, seed: int | None = None, framework: str = BASE_FRAMEWORK
+        self, backbone: str, loss: str, seed: int | None = None, framework: str | None = None
     ) -> dict[str, Any]:
         """The dict ``focalcse config`` prints and MLflow logs: the effective train config of the item
         (seed: the first sweep seed unless given) as the trainer runs it (:func:`recorded_train`: the
         forward it takes, ``unpad``, decided on the backbone's ``config.json`` where it can be read, and
-        the framework's own name for its sentence vector, ``pooler``); for a framework other than SimCSE
-        its own settings under ``framework`` (SimCSE's dict is the train config alone, as before
-        frameworks existed)."""
+        the framework's own name for its sentence vector, ``pooler``); a framework's own settings under
+        ``framework`` (:meth:`framework_record`; a framework with none, SimCSE, gives the train config
+        alone)."""
+        framework = framework or self.sweep.reference
         seed = self.sweep.seeds[0] if seed is None else seed
         cfg = self.train_config(backbone, loss, seed, framework)
         model_config = backbone_config(self.backbone_source(backbone))
         out = recorded_train(cfg, framework, model_config, self.frameworks.settings(framework))
-        if framework != BASE_FRAMEWORK:
-            out["framework"] = self.framework_settings(framework)
+        record = self.framework_record(framework)
+        if record is not None:
+            out["framework"] = record
         return out
+
+    def framework_record(self, framework: str) -> dict[str, Any] | None:
+        """What a framework's items record of it (:meth:`framework_settings`), or None when it has no
+        setting of its own besides its train-key layers (SimCSE): its records are then the train
+        config alone."""
+        settings = self.framework_settings(framework)
+        return settings if len(settings) > 1 else None
 
     def framework_settings(self, framework: str) -> dict[str, Any]:
         """``{"name": f, ...}``: a framework's own settings (no train keys), as saved models record them."""

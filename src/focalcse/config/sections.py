@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from focalcse.core.frameworks import framework_names, settings_class
+from focalcse.core.frameworks import default_framework, framework_names, settings_class
 from focalcse.core.losses import loss_names
 from focalcse.core.settings import _fail, _finite, _section, _with, from_dict
 from focalcse.data.tasks import PAPER_TASKS, TASKS
 from focalcse.errors import ConfigError
-from focalcse.layout import BASE_FRAMEWORK
 
 PRECISIONS = ("fp32", "bf16", "fp16")  # evaluation (inference only)
 
@@ -77,49 +76,37 @@ class SweepConfig:
     backbones: tuple[str, ...] = ("all-MiniLM-L6-v2",)
     losses: tuple[str, ...] = ("infonce", "focal_infonce")
     seeds: tuple[int, ...] = (1, 2, 3)
-    # Frameworks trained besides SimCSE (DVC's train_framework / evaluate_framework matrix axis).
-    # SimCSE always runs, as the train / evaluate stages: every framework is compared with it.
-    frameworks: tuple[str, ...] = ()
-    # The backbones those frameworks train (a subset of backbones; the paper ran them on BERT-base only).
-    framework_backbones: tuple[str, ...] = ()
+    # The frameworks the sweep trains (the train / evaluate matrix's framework axis), each on every sweep
+    # backbone; the first is the reference the report and the significance tests compare the others with.
+    # Unset: the framework whose SPEC says it is the default (focalcse.core.frameworks.default_framework).
+    frameworks: tuple[str, ...] = field(default_factory=lambda: (default_framework(),))
 
     @property
     def all_frameworks(self) -> tuple[str, ...]:
-        """SimCSE, then ``frameworks``: every framework the sweep trains."""
-        return (BASE_FRAMEWORK, *self.frameworks)
+        """Every framework the sweep trains, the reference first (``frameworks``)."""
+        return self.frameworks
+
+    @property
+    def reference(self) -> str:
+        """The framework every other one is compared with: the first of ``frameworks``."""
+        return self.frameworks[0]
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """The frameworks besides the reference (each compared with it in the report)."""
+        return self.frameworks[1:]
 
     def backbones_of(self, framework: str) -> tuple[str, ...]:
-        """The backbones ``framework`` trains: every sweep backbone for SimCSE, else ``framework_backbones``."""
-        return self.backbones if framework == BASE_FRAMEWORK else self.framework_backbones
+        """The backbones ``framework`` trains: every sweep backbone (one cross product per set)."""
+        return self.backbones
 
     def __post_init__(self) -> None:
-        others = framework_names()
-        if any(f not in others for f in self.frameworks) or len(set(self.frameworks)) != len(self.frameworks):
-            _fail(
-                "sweep",
-                "frameworks",
-                list(self.frameworks),
-                f"unique names from {', '.join(others)} ({BASE_FRAMEWORK} always runs, as the "
-                "train / evaluate stages)",
-            )
+        names = framework_names()
+        fw = list(self.frameworks)
+        if not fw or any(f not in names for f in fw) or len(set(fw)) != len(fw):
+            _fail("sweep", "frameworks", fw, f"one or more unique names from {', '.join(names)}")
         if not self.backbones:
             _fail("sweep", "backbones", list(self.backbones), "at least one backbone")
-        fb = list(self.framework_backbones)
-        if any(b not in self.backbones for b in fb) or len(set(fb)) != len(fb):
-            _fail(
-                "sweep",
-                "framework_backbones",
-                fb,
-                f"unique names from sweep.backbones ({', '.join(self.backbones)})",
-            )
-        if bool(self.frameworks) != bool(fb):
-            _fail(
-                "sweep",
-                "framework_backbones",
-                fb,
-                "at least one backbone when sweep.frameworks is set, and [] when it is []"
-                f" (sweep.frameworks = {list(self.frameworks)})",
-            )
         bad = [x for x in self.losses if x not in loss_names()]
         if bad or not self.losses or len(set(self.losses)) != len(self.losses):
             _fail(

@@ -17,9 +17,9 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar, get_type_hints
 
 from focalcse.core.backbones import POOLERS, unpad_unsupported_config
+from focalcse.core.frameworks import framework_spec
 from focalcse.core.losses import hyper_declarations, hyper_params, loss_names, resolve_hyper
 from focalcse.errors import ConfigError
-from focalcse.layout import BASE_FRAMEWORK
 
 TRAIN_PRECISIONS = ("fp32", "bf16")  # training: fp16 without loss scaling underflows, so it is refused
 
@@ -293,13 +293,13 @@ def padded_reason(cfg: TrainConfig, framework: str, model_config: Mapping[str, A
     (:func:`focalcse.core.training._use_unpad`) takes and that the recorded config
     (:func:`recorded_train`: ``focalcse config``, MLflow, ``*.meta.json``) reports.
 
-    Padded: ``train.unpad`` false; every framework other than SimCSE (DiffCSE's replaced-token loss
-    averages over padding positions, PromptBERT reads its [MASK] positions); a backbone the unpadded
+    Padded: ``train.unpad`` false; a framework whose SPEC does not say ``"unpad": True`` (DiffCSE's
+    replaced-token loss averages over padding positions, PromptBERT reads its [MASK] positions); a backbone the unpadded
     forward does not cover (:func:`focalcse.core.backbones.unpad_unsupported_config`). ``model_config``:
     the backbone's config as a dict; None (it could not be read) decides by the first two alone."""
     if not cfg.unpad:
         return "train.unpad is false"
-    if framework != BASE_FRAMEWORK:
+    if not framework_spec(framework).unpad:
         return f"framework {framework} trains padded"
     if model_config is None:
         return None

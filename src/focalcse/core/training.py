@@ -32,31 +32,31 @@ from focalcse.atomic import replace_dir, sha256_file  # noqa: F401 - sha256_file
 from focalcse.core.batching import batch_order, tokenize_corpus  # noqa: F401 - re-exported
 from focalcse.core.checkpoint import Checkpointer, rng_state  # noqa: F401 - Checkpointer re-exported
 from focalcse.core.distributed import DistributedContext
-from focalcse.core.encode import autocast_context, pad_batch
-from focalcse.core.gradcache import two_view_loss
+from focalcse.core.encode import autocast_context
+from focalcse.core.frameworks import default_framework, framework_module, framework_spec
 from focalcse.core.losses import build_loss
 from focalcse.core.model import SentenceEncoder
 from focalcse.core.settings import TrainConfig, padded_reason, training_steps
 from focalcse.errors import NonFiniteLossError  # re-exported: importers find it here
-from focalcse.layout import BASE_FRAMEWORK
 
 
 class FrameworkStep(Protocol):
-    """What :func:`train` asks of a framework other than SimCSE (:mod:`focalcse.core.frameworks`; SimCSE
-    is this loop's own step). Declared here, so the loop depends on no framework module."""
+    """What :func:`train` asks of a framework's step (:mod:`focalcse.core.frameworks`): its modules on
+    the encoder and each batch's loss. Declared here, so the loop depends on no framework module."""
 
     name: str
-    settings: dict[str, Any]  # the framework's own settings (the resume fingerprint, the model record)
+    settings: dict[str, Any]  # its own settings (the resume fingerprint, the model record; {}: none)
 
     def attach(self, encoder: SentenceEncoder) -> None:
         """Add the framework's trained or frozen modules to ``encoder`` (before the optimizer is built,
         so they train with it and are saved in its checkpoints)."""
 
     def loss(
-        self, encoder: SentenceEncoder, loss_fn: nn.Module, rows: list[list[int]], device: torch.device
+        self, encoder: nn.Module, loss_fn: nn.Module, rows: list[list[int]], device: torch.device
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The training loss of one batch (``rows``: corpus token ids with special tokens) and any
-        extra numbers to log (e.g. its loss parts)."""
+        """The training loss of one batch (``rows``: this rank's corpus token ids with special tokens;
+        ``encoder``: the encoder, or its DDP wrapper under torchrun) and any extra numbers to log (e.g.
+        its loss parts)."""
 
 
 MetricsCallback = Callable[[dict[str, float], int], None]
@@ -93,7 +93,6 @@ class _Loop:
     scheduler: Any
     batches: list[list[int]]
     ids_column: Any
-    pad_id: int
     device: torch.device
     ckpt: Checkpointer
     ckpt_every: int
@@ -101,7 +100,7 @@ class _Loop:
     work: Path
     result: TrainResult
     start_step: int
-    framework: FrameworkStep | None = None  # None: SimCSE's own step
+    framework: FrameworkStep
 
     @property
     def total(self) -> int:
@@ -145,9 +144,10 @@ def train(
         parallel: this process's place in a ``torchrun`` job (:func:`focalcse.core.distributed.init_distributed`);
             ``cfg.batch_size`` is then the global batch, split over the ranks, and the loss uses the
             global batch's negatives. Only rank 0 evaluates, saves, checkpoints and logs. None: one process.
-        framework: a framework other than SimCSE (:mod:`focalcse.core.frameworks`): it adds its modules to
-            ``encoder`` and computes each step's loss from the batch's token ids with the registry's loss.
-            One process without GradCache only (DDP and GradCache are refused).
+        framework: the framework's step (:mod:`focalcse.core.frameworks`): it adds its modules to
+            ``encoder`` and computes each step's loss from the batch's token ids with the registry's loss;
+            what its SPEC ``refuses`` (DDP, GradCache) is refused. None: the default framework's step
+            (the registry's ``default_framework()``, whose module's ``step(encoder, cfg)`` builds it).
     """
     output_dir = Path(output_dir)
     work = Path(work_dir) if work_dir is not None else output_dir.parent / f".{output_dir.name}.work"
@@ -232,22 +232,23 @@ def _setup(
     resume: bool,
     framework: FrameworkStep | None = None,
 ) -> _Loop:
-    """Seed, place the model, build loss / optimizer / schedule / batches, and restore a checkpoint."""
-    if framework is not None:
-        from focalcse.core.frameworks import framework_spec
-
-        refuses = framework_spec(framework.name).refuses
-        if parallel.distributed and "ddp" in refuses:
-            raise ValueError(
-                f"framework {framework.name!r} trains in one process only: torchrun/DDP is not supported for "
-                "it (docs/frameworks.md); run the stage without torchrun"
-            )
-        if cfg.grad_cache_chunk and "gradcache" in refuses:
-            raise ValueError(
-                f"framework {framework.name!r} does not support GradCache: set train.grad_cache_chunk: 0 for "
-                f"its items (got {cfg.grad_cache_chunk}; docs/frameworks.md)"
-            )
-        framework.attach(encoder)
+    """Seed, place the model, build loss / optimizer / schedule / batches, and restore a checkpoint.
+    ``framework`` None: the default framework's step (the registry's ``default_framework()``, whose
+    module's ``step(encoder, cfg)`` builds it)."""
+    if framework is None:
+        framework = framework_module(default_framework()).step(encoder, cfg)
+    refuses = framework_spec(framework.name).refuses
+    if parallel.distributed and "ddp" in refuses:
+        raise ValueError(
+            f"framework {framework.name!r} trains in one process only: torchrun/DDP is not supported for "
+            "it (docs/frameworks.md); run the stage without torchrun"
+        )
+    if cfg.grad_cache_chunk and "gradcache" in refuses:
+        raise ValueError(
+            f"framework {framework.name!r} does not support GradCache: set train.grad_cache_chunk: 0 for "
+            f"its items (got {cfg.grad_cache_chunk}; docs/frameworks.md)"
+        )
+    framework.attach(encoder)
     encoder.unpad = _use_unpad(encoder, cfg, framework)
     torch.manual_seed(parallel.rank_seed(cfg.seed))  # rank 0 keeps cfg.seed
     device = torch.device(cfg.device)
@@ -288,7 +289,7 @@ def _setup(
     fingerprint = {"config": cfg.to_dict(), "sentences": n, "steps": total}
     if parallel.distributed:  # the sharding depends on it: resume only with the same number of ranks
         fingerprint["world_size"] = parallel.world_size
-    if framework is not None:  # a checkpoint of other framework settings is not resumed
+    if framework.settings:  # a checkpoint of other framework settings is not resumed
         fingerprint["framework"] = framework.settings
     ckpt = Checkpointer(work / "last", fingerprint=fingerprint)  # keeps work/last and work/previous
     start_step = ckpt.load(encoder, optimizer, scheduler, result, rank=parallel.rank) if resume else 0
@@ -300,7 +301,6 @@ def _setup(
         scheduler=scheduler,
         batches=batches,
         ids_column=ids_column,
-        pad_id=encoder.tokenizer.pad_token_id or 0,
         device=device,
         ckpt=ckpt,
         ckpt_every=cfg.checkpoint_steps or cfg.eval_steps,
@@ -312,13 +312,12 @@ def _setup(
     )
 
 
-def _use_unpad(encoder: SentenceEncoder, cfg: TrainConfig, framework: FrameworkStep | None) -> bool:
+def _use_unpad(encoder: SentenceEncoder, cfg: TrainConfig, framework: FrameworkStep) -> bool:
     """Whether this run's train-mode forwards skip the padding (``train.unpad``), as
-    :func:`focalcse.core.settings.padded_reason` decides it (the recorded config asks the same): SimCSE
-    items on a backbone the unpadded forward covers. Frameworks train padded."""
-    name = BASE_FRAMEWORK if framework is None else framework.name
-    reason = padded_reason(cfg, name, encoder.backbone.config.to_dict())
-    if reason is not None and cfg.unpad and framework is None:
+    :func:`focalcse.core.settings.padded_reason` decides it (the recorded config asks the same): items
+    of a framework whose step takes it (its SPEC's ``unpad``) on a backbone the unpadded forward covers."""
+    reason = padded_reason(cfg, framework.name, encoder.backbone.config.to_dict())
+    if reason is not None and cfg.unpad and framework_spec(framework.name).unpad:
         warnings.warn(
             f"train.unpad: training padded, the unpadded forward does not cover {reason}", stacklevel=3
         )
@@ -342,23 +341,11 @@ def _step(
         NonFiniteLossError: the loss or the gradient norm is NaN or inf (before the optimizer step, so
             the weights stay finite).
     """
-    parts: dict[str, float] = {}
-    if loop.framework is not None:  # one process (refused otherwise in _setup)
-        with autocast_context(loop.device, cfg.precision):
-            loss, parts = loop.framework.loss(
-                loop.encoder, loop.loss_fn, [loop.ids_column[i] for i in idx], loop.device
-            )
-    else:
-        ids, mask = pad_batch(
-            [loop.ids_column[i] for i in parallel.shard(idx)], loop.pad_id
-        )  # this rank's part
-        ids2, mask2 = (
-            torch.cat([ids, ids]).to(loop.device),
-            torch.cat([mask, mask]).to(loop.device),
-        )  # (2N, L): two views
-        with autocast_context(loop.device, cfg.precision):
-            # forward (2N, L) -> (2N, d), loss of view 1 vs view 2; in chunks with GradCache
-            loss = two_view_loss(loop.model, loop.loss_fn, ids2, mask2, cfg.grad_cache_chunk)
+    rows = [loop.ids_column[i] for i in parallel.shard(idx)]  # this rank's part (all of it in one process)
+    with autocast_context(loop.device, cfg.precision):
+        # the framework's loss of the batch; ``loop.model`` is the DDP wrapper under torchrun (only a
+        # framework that does not refuse DDP gets one) and the encoder itself otherwise
+        loss, parts = loop.framework.loss(loop.model, loop.loss_fn, rows, loop.device)
     if not torch.isfinite(loss):
         raise NonFiniteLossError(
             f"loss is {loss.item()} at step {step} (loss={cfg.loss}, lr={cfg.lr}, temperature={cfg.temperature}); "

@@ -30,21 +30,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from focalcse.eval.stats import POWER, detectable_difference, holm, paired_ttest, summarize
-from focalcse.layout import BASE_FRAMEWORK
 
 Run = Mapping[str, Any]  # one evaluation result: scores plus meta.backbone / loss / seed (/ framework)
 
-# Where the Holm family is, in words (written into a document that has frameworks besides SimCSE).
+# Where the Holm family is, in words (written into a document that has more than one framework).
 HOLM_SCOPE = "one framework, one backbone, one loss against that framework's baseline-loss runs"
 
 
-def run_framework(run: Run) -> str:
-    """The framework of an evaluation result: ``meta.framework`` (a name or ``{"name": ...}``),
-    SimCSE when the meta names none."""
+def run_framework(run: Run) -> str | None:
+    """The framework of an evaluation result: ``meta.framework`` (a name or ``{"name": ...}``), None
+    when the meta names none (such a run is the reference framework's: :func:`significance`)."""
     f = run.get("meta", {}).get("framework")
     if isinstance(f, Mapping):
         f = f.get("name")
-    return BASE_FRAMEWORK if f is None else str(f)
+    return None if f is None else str(f)
 
 
 def score_keys(tasks: Sequence[str]) -> list[str]:
@@ -71,9 +70,10 @@ def add_holm(tests: dict[str, dict[str, Any]], family: Sequence[str], alpha: flo
 
 
 def by_loss(
-    runs: Sequence[Run], backbone: str, seeds: Sequence[int], framework: str = BASE_FRAMEWORK
+    runs: Sequence[Run], backbone: str, seeds: Sequence[int], framework: str | None = None
 ) -> dict[str, dict[int, Run]]:
-    """``{loss: {seed: run}}`` of ``framework``'s runs of ``backbone`` whose seed is in ``seeds``."""
+    """``{loss: {seed: run}}`` of ``framework``'s runs of ``backbone`` whose seed is in ``seeds`` (None:
+    the runs whose meta names no framework)."""
     out: dict[str, dict[int, Run]] = {}
     for r in runs:
         if r["meta"]["backbone"] == backbone and r["meta"]["seed"] in seeds and run_framework(r) == framework:
@@ -125,7 +125,7 @@ def backbone_entries(
     family: Sequence[str],
     baseline: str,
     alpha: float,
-    framework: str = BASE_FRAMEWORK,
+    framework: str | None = None,
 ) -> dict[str, Any]:
     """``{backbone: entry}`` of one framework: summaries, seeds, and every other loss tested against
     ``baseline`` of the same framework and backbone (Holm within each loss's family)."""
@@ -157,7 +157,7 @@ def significance(
     tasks: Sequence[str],
     baseline: str,
     alpha: float,
-    frameworks: Sequence[str] = (BASE_FRAMEWORK,),
+    frameworks: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The ``significance.json`` document (without ``meta``).
 
@@ -165,10 +165,11 @@ def significance(
     loss of ``losses`` with runs: ``paired_seeds[loss]`` and ``ttest[loss][key]`` against ``baseline``;
     the tests of ``holm_family`` (each task and ``avg``) also carry ``p_holm`` / ``significant_holm``,
     adjusted within that backbone and loss, and so do those of ``holm_family_geometry`` (alignment and
-    uniformity), adjusted as their own family of two. That is SimCSE's part (``backbones``); each other framework
-    of ``frameworks`` gets the same under ``frameworks.<framework>.backbones``, its losses tested
-    against its own baseline-loss runs, and the document then says where the Holm family is
-    (``holm_scope``). Without other frameworks the document is what it was before frameworks existed.
+    uniformity), adjusted as their own family of two. That is the reference framework's part
+    (``backbones``: the first of ``frameworks``, whose runs' meta may also name none); each other
+    framework of ``frameworks`` gets the same under ``frameworks.<framework>.backbones``, its losses
+    tested against its own baseline-loss runs, and the document then says where the Holm family is
+    (``holm_scope``). A one-framework document has neither key.
     """
     keys = score_keys(tasks)
     family = holm_keys(tasks)
@@ -178,8 +179,14 @@ def significance(
         "holm_family": family,
         "holm_family_geometry": list(GEOMETRY_FAMILY),
     }
+    if frameworks:  # the reference's runs as one group, whether or not their meta names it
+        runs = [r for r in runs if run_framework(r) != frameworks[0]] + [
+            {**r, "meta": {k: v for k, v in r["meta"].items() if k != "framework"}}
+            for r in runs
+            if run_framework(r) == frameworks[0]
+        ]
     out["backbones"] = backbone_entries(runs, backbones, losses, seeds, keys, family, baseline, alpha)
-    others = [f for f in frameworks if f != BASE_FRAMEWORK]
+    others = list(frameworks[1:])
     if others:
         out["holm_scope"] = HOLM_SCOPE
         out["frameworks"] = {
@@ -218,7 +225,7 @@ def summary(doc: Mapping[str, Any]) -> dict[str, Any]:
     are few and short: ``<loss>.<stat>`` when the sweep has one backbone (its name is in the
     companion ``meta``), ``<backbone>.<loss>.<stat>`` with several. Another framework's losses (tested
     against the same framework's baseline) add ``<framework>.<loss>.<stat>`` (one backbone) or
-    ``<backbone>.<framework>.<loss>.<stat>``, after SimCSE's keys, which stay as they were; a
+    ``<backbone>.<framework>.<loss>.<stat>``, after the reference framework's keys; a
     framework with no evaluated run adds nothing. The per-task scores, STS-B and the rest stay in
     ``significance.json`` and the per-item files."""
     out: dict[str, Any] = {backbone: _summary_rows(entry) for backbone, entry in doc["backbones"].items()}

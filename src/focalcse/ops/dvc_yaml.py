@@ -36,13 +36,23 @@ from typing import Any
 import yaml
 
 import focalcse
-from focalcse.stage_table import STAGES, TOP_PLOTS, Entry, Stage, stage, stage_template
+from focalcse.stage_table import (
+    ITEM_FRAMEWORK,
+    REFERENCE_FRAMEWORK,
+    STAGES,
+    TOP_PLOTS,
+    Entry,
+    Stage,
+    stage,
+    stage_template,
+)
 
 ROOT = Path(focalcse.__file__).resolve().parents[2]  # the checkout whose package is imported
 LOSSES_DIR = "src/focalcse/core/losses"
 FRAMEWORKS_DIR = "src/focalcse/core/frameworks"
 SETTINGS_DIR = f"{FRAMEWORKS_DIR}/settings"
-FRAMEWORK = "${item.framework}"
+FRAMEWORK = ITEM_FRAMEWORK
+FRAMEWORK_TEMPLATES = (ITEM_FRAMEWORK, REFERENCE_FRAMEWORK)
 
 # Modules that observe a run and cannot change its outputs: not deps, and not followed.
 OBSERVERS = frozenset({"focalcse.ops.tracking", "focalcse.provenance"})
@@ -52,6 +62,7 @@ COMMENTS = {
     f"{LOSSES_DIR}/${{item.loss}}.py": "its own loss only: a new loss retrains nothing",
     f"{LOSSES_DIR}/${{ablation.loss}}.py": "its own loss only: a new loss retrains nothing",
     f"{SETTINGS_DIR}/{FRAMEWORK}.py": "its own framework's settings only",
+    f"{SETTINGS_DIR}/{REFERENCE_FRAMEWORK}.py": "the reference framework's settings only",
 }
 OWN_FRAMEWORK_COMMENT = "its own framework only"
 CODE_COMMENT = "code: the import closure of the stage script, observers aside (`make dvc-yaml` writes it)"
@@ -223,14 +234,14 @@ def package_frameworks(project: Project) -> list[str]:
     return names
 
 
-def framework_template(project: Project) -> list[str]:
+def framework_template(project: Project, template: str = FRAMEWORK) -> list[str]:
     """The framework items' own deps as DVC templates (``core/frameworks/${item.framework}.py``). One
     templated line serves every framework, so every framework's own modules must have one shape."""
     names = package_frameworks(project)
 
     def shape(name: str, path: str) -> str:
         folder, _, last = path.rpartition("/")
-        return f"{folder}/{last.replace(name, FRAMEWORK, 1)}"
+        return f"{folder}/{last.replace(name, template, 1)}"
 
     shapes = {n: [shape(n, p) for p in framework_own(project, n)] for n in names}
     first = shapes[names[0]] if names else []
@@ -250,7 +261,7 @@ def _own_sets(st: Stage, project: Project) -> list[tuple[str, list[str], Any]]:
     if st.own_loss:
         out.append((st.own_loss, package_losses(project), loss_own))
     if st.own_framework:
-        out.append((FRAMEWORK, package_frameworks(project), lambda n: framework_own(project, n)))
+        out.append((st.own_framework, package_frameworks(project), lambda n: framework_own(project, n)))
     return out
 
 
@@ -269,7 +280,7 @@ def code_deps(name: str, project: Project | None = None, **values: str) -> list[
     script = project.root / st.script
     own = _own_sets(st, project)
     if st.own_framework:
-        framework_template(project)  # one shape, or a one-line error
+        framework_template(project, st.own_framework)  # one shape, or a one-line error
     combos: list[list[tuple[str, list[str]]]] = [[]]
     for template, names, deps_of in own:
         names = names if "${" in template else [template]  # a fixed module
@@ -289,7 +300,11 @@ def code_deps(name: str, project: Project | None = None, **values: str) -> list[
                 f"{name}: with {picked} it also imports {sorted(other)}; one templated line cannot say that"
             )
     common = set.union(*(s for _, s in closures))
-    keys = {"${item.loss}": "loss", "${ablation.loss}": "loss", FRAMEWORK: "framework"}
+    keys = {
+        "${item.loss}": "loss",
+        "${ablation.loss}": "loss",
+        **dict.fromkeys(FRAMEWORK_TEMPLATES, "framework"),
+    }
     concrete: dict[str, str] = {}  # a template line -> the item's own (in the template's place)
     templates: list[str] = []
     for template, _, deps_of in own:
@@ -315,7 +330,7 @@ def code_deps(name: str, project: Project | None = None, **values: str) -> list[
 
 
 def _templates(deps_of: Any, template: str, project: Project) -> list[str]:
-    return framework_template(project) if template == FRAMEWORK else deps_of(template)
+    return framework_template(project, template) if template in FRAMEWORK_TEMPLATES else deps_of(template)
 
 
 # ---------------------------------------------------------------- the text
@@ -345,7 +360,7 @@ def _entries(
 
 def _code_entries(name: str, project: Project) -> list[Entry]:
     st = stage(name)
-    framework_lines = set(framework_template(project)) if st.own_framework else set()
+    framework_lines = set(framework_template(project, st.own_framework)) if st.own_framework else set()
     return [
         Entry(p, comment=COMMENTS.get(p) or (OWN_FRAMEWORK_COMMENT if p in framework_lines else ""))
         for p in code_deps(name, project)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params
+from focalcse.config import Params
 from focalcse.layout import ABLATION_KINDS, Layout, result_files
 from focalcse.results import maybe_result, read_result
 
@@ -54,21 +54,22 @@ class ReportData:
     """The pipeline outputs the report shows, restricted to the current params' sweep."""
 
     significance: dict[str, Any]
+    reference: str = ""  # the sweep's first framework: its runs are evals / trains / curves
     evals: dict[RunKey, dict[str, Any]] = field(default_factory=dict)
     trains: dict[RunKey, dict[str, Any]] = field(default_factory=dict)
     curves: dict[RunKey, tuple[list, list]] = field(default_factory=dict)
     ablation: dict[str, list[AblationPoint]] = field(default_factory=dict)  # kind -> points, ascending
     hard_negatives: dict[str, Any] | None = None
-    # framework (other than SimCSE) -> its runs, as evals / trains are SimCSE's
+    # every other framework of the sweep -> its runs, as evals / trains are the reference's
     framework_evals: dict[str, dict[RunKey, dict[str, Any]]] = field(default_factory=dict)
     framework_trains: dict[str, dict[RunKey, dict[str, Any]]] = field(default_factory=dict)
 
     def significance_of(self, framework: str) -> dict[str, Any] | None:
-        """``significance.json`` as SimCSE's part reads (``baseline``, ``alpha``, ``holm_family``,
-        ``backbones``) for ``framework``: the document itself for SimCSE, else its
+        """``significance.json`` as the reference framework's part reads (``baseline``, ``alpha``,
+        ``holm_family``, ``backbones``) for ``framework``: the document itself for the reference, else its
         ``frameworks.<framework>`` backbones under the same top-level keys; None when it has none
         (e.g. written before the framework joined the sweep)."""
-        if framework == BASE_FRAMEWORK:
+        if framework == self.reference:
             return self.significance
         part = (self.significance.get("frameworks") or {}).get(framework)
         if part is None:
@@ -106,23 +107,24 @@ def main_run_point(evals: dict[str, Any] | None, trains: dict[str, Any] | None) 
 
 def load_report_data(params: Params, layout: Layout) -> ReportData:
     """Read every output the report uses; runs outside the current sweep are ignored."""
-    data = ReportData(significance=read_result(layout.significance_file))
     sw = params.sweep
+    ref = sw.reference
+    data = ReportData(significance=read_result(layout.significance_file), reference=ref)
     for b in sw.backbones:
         for loss in sw.losses:
             for seed in sw.seeds:
                 key = (b, loss, seed)
-                ev = maybe_result(layout.eval_metrics(*key))
+                ev = maybe_result(layout.eval_metrics(*key, ref))
                 if ev is not None:
                     data.evals[key] = ev
-                tr = maybe_result(layout.train_metrics(*key))
+                tr = maybe_result(layout.train_metrics(*key, ref))
                 if tr is not None:
                     data.trains[key] = tr
-                lc = maybe_json(layout.loss_curve(*key))
-                dc = maybe_json(layout.dev_curve(*key))
+                lc = maybe_json(layout.loss_curve(*key, ref))
+                dc = maybe_json(layout.dev_curve(*key, ref))
                 if lc is not None or dc is not None:
                     data.curves[key] = (lc or [], dc or [])
-    for f in sw.frameworks:
+    for f in sw.frameworks[1:]:
         evals, trains = data.framework_evals.setdefault(f, {}), data.framework_trains.setdefault(f, {})
         for b in sw.backbones:
             for loss in sw.losses:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params, load_params
+from focalcse.config import Params, load_params
+from focalcse.core.frameworks import default_framework
 from focalcse.layout import Layout
 from focalcse.report.data import ReportData, load_report_data
 from focalcse.report.labels import column_label, framework_label, loss_label
@@ -32,6 +33,9 @@ from focalcse.report.provenance import PROVENANCE_FILE, provenance_lines
 from focalcse.report.render import fmt, fmt_diff, fmt_p, fmt_seconds, fmt_summary, table_markdown
 from focalcse.report.tables import ablation_table, seed_band, table3
 
+# the framework at the top level of every committed set's significance.json (each set's reference, its
+# first framework: the registry's default, the paper's own)
+REFERENCE = default_framework()
 DEFAULT = "default"
 STS_KEYS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
 GEOMETRY = ("alignment", "uniformity")
@@ -69,9 +73,11 @@ def _read(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def significance(name: str, framework: str = BASE_FRAMEWORK) -> dict[str, Any]:
-    """Set ``name``'s ``significance.json``, the part of ``framework`` in SimCSE's shape."""
-    sig = ReportData(significance=_read(result_set(name).significance_file)).significance_of(framework)
+def significance(name: str, framework: str = REFERENCE) -> dict[str, Any]:
+    """Set ``name``'s ``significance.json``, the part of ``framework`` in the reference's shape."""
+    sig = ReportData(
+        significance=_read(result_set(name).significance_file), reference=REFERENCE
+    ).significance_of(framework)
     if sig is None:
         raise ValueError(f"result set {name!r} has no {framework} entry in its significance.json")
     return sig
@@ -115,9 +121,7 @@ def sd_diff(test: dict[str, Any]) -> float:
 
 
 # ---------------------------------------------------------------- tables
-def sts_table(
-    name: str, framework: str = BASE_FRAMEWORK, title: str = "", backbone: str | None = None
-) -> str:
+def sts_table(name: str, framework: str = REFERENCE, title: str = "", backbone: str | None = None) -> str:
     """Table 2 of set ``name`` as README and results.md show it: per loss mean ± std over seeds, then
     per loss tested against the baseline its Δ, raw paired-t p and Holm p (``*``: below α)."""
     sig = significance(name, framework)
@@ -152,7 +156,7 @@ def frameworks_table(name: str, backbone: str | None = None) -> str:
     """Table 3 over frameworks (README): per framework its baseline-loss row (mean ± std) and, per
     tested loss, Δ and Holm p of alignment, uniformity (STS-B dev), STS-B and the 7-task average."""
     sig = _read(result_set(name).significance_file)
-    frameworks = [BASE_FRAMEWORK, *(sig.get("frameworks") or {})]
+    frameworks = [REFERENCE, *(sig.get("frameworks") or {})]
     keys = (*GEOMETRY, "STSBenchmark", "avg")
     digits = {"alignment": 3, "uniformity": 2, "STSBenchmark": 2, "avg": 2}
     rows = []
@@ -211,7 +215,7 @@ def per_seed_deltas(key: str = "avg", loss: str = "focal_infonce") -> list[float
     return [data.evals[(b, loss, s)][key] - data.evals[(b, sig["baseline"], s)][key] for s in seeds]
 
 
-def gap_sentence(name: str, loss: str = "focal_infonce", framework: str = BASE_FRAMEWORK) -> str:
+def gap_sentence(name: str, loss: str = "focal_infonce", framework: str = REFERENCE) -> str:
     """``loss`` against the baseline in set ``name``: the average's Δ with its p and Holm p, the
     per-seed differences where the set holds per-item files, and how many columns stay below α after Holm."""
     sig = significance(name, framework)
@@ -223,7 +227,7 @@ def gap_sentence(name: str, loss: str = "focal_infonce", framework: str = BASE_F
         f"{loss_label(loss)} − {base} on the 7-task average: {fmt_diff(avg)} "
         f"(paired t over {avg['n']} seeds, p {_p(avg)}, Holm {_p(avg, 'p_holm')}, {_holm_word(avg)})"
     )
-    if name == DEFAULT and framework == BASE_FRAMEWORK:
+    if name == DEFAULT and framework == REFERENCE:
         deltas = per_seed_deltas("avg", loss)
         text += "; per seed " + ", ".join(format(d, "+.2f") for d in deltas)
         ahead = all(d > 0 for d in deltas)
@@ -236,7 +240,7 @@ def gap_sentence(name: str, loss: str = "focal_infonce", framework: str = BASE_F
     return text + "."
 
 
-def geometry_sentence(name: str, loss: str = "focal_infonce", framework: str = BASE_FRAMEWORK) -> str:
+def geometry_sentence(name: str, loss: str = "focal_infonce", framework: str = REFERENCE) -> str:
     """Alignment and uniformity (STS-B dev) of ``loss`` against the baseline, each with Holm p over
     their 2-test family and the verdict."""
     sig = significance(name, framework)
@@ -251,11 +255,7 @@ def geometry_sentence(name: str, loss: str = "focal_infonce", framework: str = B
             f"{k} {fmt(ours['mean'], 3)} ± {fmt(ours['std'], 3)} against {fmt(theirs['mean'], 3)} "
             f"({fmt_diff(tests[k], 3)}, Holm {_p(tests[k], 'p_holm')}, {_holm_word(tests[k])})"
         )
-    who = (
-        f"{framework_label(framework)} + {loss_label(loss)}"
-        if framework != BASE_FRAMEWORK
-        else loss_label(loss)
-    )
+    who = f"{framework_label(framework)} + {loss_label(loss)}" if framework != REFERENCE else loss_label(loss)
     return f"On STS-B dev, {who} against {loss_label(base)}: " + "; ".join(parts) + "."
 
 
@@ -264,7 +264,7 @@ def frameworks_verdict(name: str, loss: str = "focal_infonce") -> str:
     differences, each with its Holm p and verdict."""
     sig = _read(result_set(name).significance_file)
     out = []
-    for f in [BASE_FRAMEWORK, *(sig.get("frameworks") or {})]:
+    for f in [REFERENCE, *(sig.get("frameworks") or {})]:
         _, entry = _entry(significance(name, f), None)
         t = entry["ttest"][loss]
         out.append(
@@ -289,7 +289,7 @@ def welch(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 
 def compare_table(
-    before: str, after: str, loss: str = "focal_infonce", before_framework: str = BASE_FRAMEWORK
+    before: str, after: str, loss: str = "focal_infonce", before_framework: str = REFERENCE
 ) -> str:
     """Set ``after`` against set ``before``: per column each set's mean score per loss, how far it
     moved, each set's Δ (``loss`` − baseline) and the Welch t p of the two sets' per-seed differences."""
@@ -324,7 +324,7 @@ def compare_sentence(
     after: str,
     key: str = "avg",
     loss: str = "focal_infonce",
-    before_framework: str = BASE_FRAMEWORK,
+    before_framework: str = REFERENCE,
 ) -> str:
     """One comparison of two sets on column ``key``: each set's Δ and the Welch t of their per-seed
     differences, with the verdict at α (the difference of the Δs detected or not)."""

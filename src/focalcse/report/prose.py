@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params
+from focalcse.config import Params
 from focalcse.eval.stats import span
 from focalcse.report.data import AblationPoint, ReportData
 from focalcse.report.labels import loss_label, run_label
@@ -34,13 +34,14 @@ from focalcse.report.tables import (
 
 
 def last_step_note(
-    params: Params, data: ReportData, backbone: str, framework: str = BASE_FRAMEWORK
+    params: Params, data: ReportData, backbone: str, framework: str | None = None
 ) -> str | None:
     """Under a Table 2: for every run of ``framework`` on ``backbone`` with training metrics, whether
     its best STS-B dev checkpoint (``best_step``) was its last step (``steps``), in one or two
     sentences; a run best at its last step was still improving when training stopped. None when no
     run of the table has training metrics."""
-    trains = data.trains if framework == BASE_FRAMEWORK else data.framework_trains.get(framework, {})
+    framework = framework or params.sweep.reference
+    trains = data.trains if framework == params.sweep.reference else data.framework_trains.get(framework, {})
     label = framework_runs_label(params, framework)
     last, earlier, unknown, no_dev = [], [], [], []
     steps = set()

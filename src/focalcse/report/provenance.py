@@ -30,11 +30,16 @@ def _metas(data: ReportData) -> list[dict[str, Any]]:
 
 def wall_times(data: ReportData) -> dict[str, tuple[float, int]]:
     """Seconds and file count per stage, from the wall times the metrics files record."""
+    trains = [data.trains, *data.framework_trains.values()]  # the reference's runs, then the others'
+    evals = [data.evals, *data.framework_evals.values()]
     out = {
-        "train": [r["wall_seconds"] for r in data.trains.values() if r.get("wall_seconds") is not None],
+        "train": [
+            r["wall_seconds"] for runs in trains for r in runs.values() if r.get("wall_seconds") is not None
+        ],
         "evaluate": [
             r["meta"]["wall_time_s"]
-            for r in data.evals.values()
+            for runs in evals
+            for r in runs.values()
             if r.get("meta", {}).get("wall_time_s") is not None
         ],
         "ablate_tau / ablate_m": [it["wall_seconds"] for it in _ablation_items(data) if "wall_seconds" in it],
@@ -42,19 +47,6 @@ def wall_times(data: ReportData) -> dict[str, tuple[float, int]]:
         if data.hard_negatives and "wall_seconds" in data.hard_negatives
         else [],
     }
-    if data.framework_evals or data.framework_trains:  # a sweep with frameworks besides SimCSE
-        out["train_framework"] = [
-            r["wall_seconds"]
-            for runs in data.framework_trains.values()
-            for r in runs.values()
-            if r.get("wall_seconds") is not None
-        ]
-        out["evaluate_framework"] = [
-            r["meta"]["wall_time_s"]
-            for runs in data.framework_evals.values()
-            for r in runs.values()
-            if r.get("meta", {}).get("wall_time_s") is not None
-        ]
     return {k: (float(sum(v)), len(v)) for k, v in out.items()}
 
 
@@ -81,7 +73,7 @@ def provenance_items(params: Params, data: ReportData, params_file: str, commit:
             [
                 f"Frameworks: {', '.join(framework_label(f) for f in params.sweep.all_frameworks)} (sweep.frameworks)"
             ]
-            if params.sweep.frameworks
+            if params.sweep.others
             else []
         ),
         "Hardware: " + ("; ".join(hardware) if hardware else "not recorded"),

@@ -25,8 +25,7 @@ from typing import Any
 
 import yaml
 
-from focalcse.config import BASE_FRAMEWORK
-from focalcse.core.frameworks import framework_names
+from focalcse.core.frameworks import default_framework, framework_names
 
 PUBLISHED_FILE = "published.yaml"
 _REQUIRED = ("backbone", "loss", "label", "source", "scores")
@@ -52,9 +51,9 @@ class PublishedRow:
     # score key -> "a − b (why)": numbers computed from published ones, not published themselves
     derived: Mapping[str, str] = field(default_factory=dict)
     paper_baseline: bool = False  # the Focal-InfoNCE paper's own SimCSE baseline (its gains are over it)
-    framework: str = (
-        BASE_FRAMEWORK  # the framework it was trained with (a registered framework, focalcse.core.frameworks)
-    )
+    # the framework it was trained with (a registered framework, focalcse.core.frameworks); unset in
+    # published.yaml: the registry's default framework, the paper's own
+    framework: str = field(default_factory=default_framework)
     avg_note: str = ""  # why its avg is not the mean of its tasks (then exempt from that check)
 
 
@@ -93,9 +92,10 @@ def _parse_row(row: Any, at: str, average_of: tuple[str, ...], framework_row: bo
     for key in _REQUIRED[:4]:
         if not isinstance(row[key], str) or not row[key]:
             raise PublishedError(f"{at}.{key}: expected a non-empty string, got {row[key]!r}")
-    framework = row.get("framework", BASE_FRAMEWORK)
-    if framework_row and framework not in framework_names():
-        others = ", ".join(framework_names())
+    framework = row.get("framework") or default_framework()
+    others = tuple(f for f in framework_names() if f != default_framework())
+    if framework_row and framework not in others:  # framework_rows: the other frameworks' rows only
+        others = ", ".join(others)
         raise PublishedError(f"{at}.framework: expected one of {others}, got {framework!r}")
     note = row.get("avg_note", "")
     if not isinstance(note, str) or ("avg_note" in row and not note.strip()):
@@ -184,12 +184,13 @@ def backbone_key(name: str) -> str:
 
 
 def published_rows(
-    *names: str, rows: tuple[PublishedRow, ...] | None = None, framework: str = BASE_FRAMEWORK
+    *names: str, rows: tuple[PublishedRow, ...] | None = None, framework: str | None = None
 ) -> list[PublishedRow]:
-    """Published rows of ``framework`` for the first of ``names`` (a sweep name, then its source)
-    that has any."""
+    """Published rows of ``framework`` (default: the paper's own, the registry's default framework)
+    for the first of ``names`` (a sweep name, then its source) that has any."""
+    framework = framework or default_framework()
     if rows is None:
-        rows = PUBLISHED if framework == BASE_FRAMEWORK else PUBLISHED_FRAMEWORKS
+        rows = PUBLISHED if framework == default_framework() else PUBLISHED_FRAMEWORKS
     rows = tuple(r for r in rows if r.framework == framework)
     for name in names:
         key = backbone_key(name)

@@ -80,7 +80,7 @@ def recipe(params: Params) -> Recipe:
 
     differs += _backbone_departures(params)
     _training_setup(params, items, check, differs, matches)
-    if params.sweep.frameworks:
+    if params.sweep.others:
         _framework_recipes(params, differs, matches)
     differs += _loss_departures(items)
     differs += _evaluation_departures(params)
@@ -133,7 +133,7 @@ def _training_setup(
         f"{n / REFERENCE_SENTENCES:.2%} of the reference's training data.",
     )
     length = _grouped(items, lambda c: f"{c.epochs} epoch(s), max_steps {c.max_steps}")
-    simcse = "SimCSE items: " if params.sweep.frameworks else ""
+    simcse = "SimCSE items: " if params.sweep.others else ""
     check(
         all(c.epochs == 1 and c.max_steps == 0 for *_, c in items),
         f"{simcse}one epoch over the sample",
@@ -250,7 +250,7 @@ def _framework_recipes(params: Params, differs: list[str], matches: list[str]) -
             continue
         items = [
             (b, loss, params.train_config(b, loss, sw.seeds[0], f))
-            for b in sw.framework_backbones
+            for b in sw.backbones
             for loss in sw.losses
         ]
         ref = official["train"]

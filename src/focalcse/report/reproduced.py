@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from focalcse.core.frameworks import default_framework
 from focalcse.eval.significance import GEOMETRY_FAMILY
-from focalcse.layout import BASE_FRAMEWORK, Layout, companion_file, result_files
+from focalcse.layout import Layout, companion_file, result_files
 from focalcse.results import read_result
 
 Numbers = dict[str, float]
@@ -61,9 +62,11 @@ def verdict(test: Mapping[str, Any]) -> str:
 
 
 def _backbone_entries(doc: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """``(framework/backbone, entry)`` of a ``significance.json``: SimCSE's, then each framework's."""
+    """``(framework/backbone, entry)`` of a ``significance.json``: the reference framework's (the top
+    level; named as the registry's default framework, the reference of every committed set), then each
+    other framework's."""
     for b, entry in doc.get("backbones", {}).items():
-        yield f"{BASE_FRAMEWORK}/{b}", entry
+        yield f"{default_framework()}/{b}", entry
     for f, fdoc in (doc.get("frameworks") or {}).items():
         for b, entry in fdoc.get("backbones", {}).items():
             yield f"{f}/{b}", entry

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params
+from focalcse.config import Params
 from focalcse.report import figures
 from focalcse.report.data import ReportData
 from focalcse.report.labels import column_label, framework_label, loss_label, metric_columns
@@ -102,9 +102,9 @@ def intro(ctx: Context) -> None:
         "marked as published."
         + (
             f" As the paper's Table 3 and §5.3, the same losses also train "
-            f"{_and([framework_label(f) for f in ctx.params.sweep.frameworks])}, each loss compared with "
+            f"{_and([framework_label(f) for f in ctx.params.sweep.others])}, each loss compared with "
             "the same framework trained with the baseline loss."
-            if ctx.params.sweep.frameworks
+            if ctx.params.sweep.others
             else ""
         )
     )
@@ -134,13 +134,13 @@ def framework_sts_tables(ctx: Context) -> None:
     """Table 2 of every framework besides SimCSE, per backbone, and their published rows; what is
     missing (no item evaluated, or significance.json written before the framework joined) is said."""
     params, data = ctx.params, ctx.data
-    if not params.sweep.frameworks:
+    if not params.sweep.others:
         return
     ctx.doc.p(
         "The same table for every other framework of the sweep: its runs with each loss, tested against "
         "the same framework trained with the baseline loss on the same backbone."
     )
-    for f in params.sweep.frameworks:
+    for f in params.sweep.others:
         for b in params.sweep.backbones_of(f):
             if framework_has_runs(data, f, b):
                 ctx.doc.table(table2(params, data, b, f))
@@ -149,7 +149,7 @@ def framework_sts_tables(ctx: Context) -> None:
             else:
                 ctx.doc.p(
                     f"Table 2 — {framework_label(f)} — `{b}`: not available (no evaluated {f} item of "
-                    "this backbone in metrics/significance.json; run the `evaluate_framework` and "
+                    "this backbone in metrics/significance.json; run the `evaluate` and "
                     "`significance` stages)."
                 )
     reference = framework_published_reference(params, data)
@@ -205,7 +205,7 @@ def alignment_uniformity(ctx: Context) -> None:
     ctx.doc.h2("Table 3: alignment, uniformity and STS-B")
     for b in ctx.data.significance["backbones"]:
         ctx.doc.table(table3(ctx.params, ctx.data, b))
-        for f in ctx.params.sweep.frameworks:  # the paper's claims checked after Table 3 (DiffCSE's)
+        for f in ctx.params.sweep.others:  # the paper's claims checked after Table 3 (DiffCSE's)
             claim = paper_claim(ctx.params, f)
             if (
                 claim is not None
@@ -230,9 +230,7 @@ def alignment_uniformity(ctx: Context) -> None:
             figures.alignment_uniformity(points, ctx.fig_dir / "alignment_uniformity.png"),
             "Alignment against uniformity on STS-B dev, one point per run (label = seed); lower-left is better."
             + (
-                " SimCSE runs only (the other frameworks' are in Table 3)."
-                if ctx.params.sweep.frameworks
-                else ""
+                " SimCSE runs only (the other frameworks' are in Table 3)." if ctx.params.sweep.others else ""
             ),
         )
 
@@ -316,7 +314,7 @@ def training_curves(ctx: Context) -> None:
         "model kept is the best on dev. Also declared as DVC plots (`dvc plots show`)."
         + (
             " SimCSE runs only: the other frameworks' curves are in metrics/curves/ (`dvc plots show`)."
-            if ctx.params.sweep.frameworks
+            if ctx.params.sweep.others
             else ""
         )
     )
@@ -347,22 +345,22 @@ def framework_notes(params: Params) -> list[str]:
     """What the sweep's frameworks besides SimCSE are here: each framework's own ``report_notes()``
     (its settings class, computed from its params), then what the report shows of SimCSE only."""
     notes = []
-    for f in params.sweep.frameworks:
+    for f in params.sweep.others:
         settings = params.frameworks.settings(f)
         own = getattr(settings, "report_notes", None)
         notes += own() if own is not None else [f"{framework_label(f)}: its settings class states no notes."]
     notes.append(
         "Per-run figures (training curves, the alignment-uniformity scatter), the τ / m ablations and the "
-        f"hard negatives are {framework_label(BASE_FRAMEWORK)}'s only; the tables below cover every framework."
+        f"hard negatives are {framework_label(params.sweep.reference)}'s only; the tables below cover every framework."
     )
     return notes
 
 
 def frameworks(ctx: Context) -> None:
     """Only with frameworks besides SimCSE: what they are here (see :func:`framework_notes`)."""
-    if not ctx.params.sweep.frameworks:
+    if not ctx.params.sweep.others:
         return
-    names = _and([framework_label(f) for f in ctx.params.sweep.frameworks])
+    names = _and([framework_label(f) for f in ctx.params.sweep.others])
     ctx.doc.h2(f"Frameworks besides SimCSE: {names}")
     ctx.doc.bullets(framework_notes(ctx.params))
 
@@ -370,7 +368,7 @@ def frameworks(ctx: Context) -> None:
 def framework_claims(ctx: Context) -> None:
     """A section per framework whose ``PAPER_CLAIM`` asks for one (PromptBERT's §5.3): per backbone,
     its claim table and what it says."""
-    for f in ctx.params.sweep.frameworks:
+    for f in ctx.params.sweep.others:
         claim = paper_claim(ctx.params, f)
         if claim is None or claim["where"] != "section":
             continue

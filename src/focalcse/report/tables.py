@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig, all_frameworks
+from focalcse.config import Params, TrainConfig, all_frameworks
 from focalcse.eval.stats import POWER, Span, seeds_needed, span
 from focalcse.layout import ABLATION_KINDS
 from focalcse.report.data import AblationPoint, ReportData, ablation_default
@@ -108,17 +108,17 @@ def published_label(row: PublishedRow) -> str:
 def framework_runs_label(params: Params, framework: str) -> Callable[[str], str]:
     """How a framework's table names a loss's row: SimCSE's tables by the loss label alone (as before
     frameworks existed); another framework's as the paper's Table 3, e.g. ``DiffCSE + Focal-InfoNCE``."""
-    if framework == BASE_FRAMEWORK:
+    if framework == params.sweep.reference:
         return loss_label
     return lambda loss: run_label(framework, loss, params.significance.baseline)
 
 
-def table2(params: Params, data: ReportData, backbone: str, framework: str = BASE_FRAMEWORK) -> Table:
+def table2(params: Params, data: ReportData, backbone: str, framework: str | None = None) -> Table:
     """Per backbone: ours (mean ± std over seeds) per loss; Δ, the paired t-test p and its
     Holm-adjusted p per column for each loss against the baseline; the published (and derived) rows
     where the backbone has them. For a framework other than SimCSE: its runs, each loss tested against
     the same framework's baseline-loss runs (one Holm family per framework, backbone and loss)."""
-    if framework != BASE_FRAMEWORK:
+    if framework not in (None, params.sweep.reference):
         return framework_table2(params, data, backbone, framework)
     sig = data.significance
     cols = metric_columns(params, sig)
@@ -205,13 +205,13 @@ def framework_published_reference(params: Params, data: ReportData) -> Table | N
     BERT-base rows, no Focal-InfoNCE) that no framework Table 2 shows beside our runs; None if none."""
     shown = {
         (r.framework, r.backbone)
-        for f in params.sweep.frameworks
+        for f in params.sweep.others
         for b in params.sweep.backbones_of(f)
         for r in published_rows(b, params.backbone_source(b), framework=f)
     }
     rows_ = [  # in sweep order
         r
-        for f in params.sweep.frameworks
+        for f in params.sweep.others
         for r in PUBLISHED_FRAMEWORKS
         if r.framework == f and (r.framework, r.backbone) not in shown
     ]
@@ -227,8 +227,7 @@ def framework_published_reference(params: Params, data: ReportData) -> Table | N
     said = [
         note
         for f in all_frameworks()
-        if f in params.sweep.frameworks
-        and (note := getattr(params.frameworks.settings(f), "PUBLISHED_NOTE", ""))
+        if f in params.sweep.others and (note := getattr(params.frameworks.settings(f), "PUBLISHED_NOTE", ""))
     ]
     caption = (
         f"{names} as their own authors published them (unsupervised, each framework's own InfoNCE-based "
@@ -252,7 +251,7 @@ def table3(params: Params, data: ReportData, backbone: str) -> Table:
     ``SimCSE + Focal-InfoNCE``, ``DiffCSE``, ...), each loss tested against the same framework's
     baseline-loss runs (paired t-test over matched seeds: raw p, and the Holm p of each column's family:
     alignment and uniformity their own, STS-B Table 2's)."""
-    if params.sweep.frameworks:
+    if params.sweep.others:
         return framework_table3(params, data, backbone)
     header = ["Model", "seeds", *[label for _, label, _ in TABLE3_KEYS]]
     rows, classes = loss_rows(

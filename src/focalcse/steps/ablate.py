@@ -38,7 +38,7 @@ def run(params: Params, layout: Layout, kind: str, value: str, progress: bool = 
             curve_file=t / "loss.json",
             dev_file=t / "dev.json",
         )
-        train = train_item(params, cfg, backbone, item, progress=progress)
+        train = train_item(params, cfg, backbone, item, progress=progress, framework=params.sweep.reference)
         ev = evaluate_model(
             params.eval.with_tasks(("STSBenchmark",)),
             item.model_dir,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.atomic import sha256_file, write_json
-from focalcse.config import BASE_FRAMEWORK, ConfigError, Params, TrainConfig, training_steps
+from focalcse.config import ConfigError, Params, TrainConfig, training_steps
 from focalcse.core.backbones import DEFAULT_BACKBONE, locate_backbone
 from focalcse.core.frameworks import framework_spec
 from focalcse.core.losses import loss_spec
@@ -104,7 +104,7 @@ def check_backbones(params: Params) -> dict[str, str]:
     (:func:`focalcse.core.backbones.locate_backbone`), asked before anything is pruned, so a misspelt
     name stops the check with one line (naming the nearest known names) and removes nothing."""
     sw = params.sweep
-    names = dict.fromkeys([*sw.backbones, *(sw.framework_backbones if sw.frameworks else [])])
+    names = dict.fromkeys(sw.backbones)
     known = [DEFAULT_BACKBONE, *params.backbone_overrides]
     out = {}
     for name in names:
@@ -233,8 +233,6 @@ def check_framework_item(params: Params, framework: str, cfg: TrainConfig, where
             cfg.grad_cache_chunk,
             "0 on mps: GradCache replays the dropout RNG on cpu and cuda only",
         )
-    if framework == BASE_FRAMEWORK:
-        return
     if cfg.grad_cache_chunk and "gradcache" in framework_spec(framework).refuses:
         refuse(
             "grad_cache_chunk",
@@ -252,8 +250,6 @@ def check_framework_item(params: Params, framework: str, cfg: TrainConfig, where
 PRUNED = (
     "train",
     "evaluate",
-    "train_framework",
-    "evaluate_framework",
     "hard_negatives",
     "ablate_tau",
     "ablate_m",
@@ -291,7 +287,7 @@ def prune_stale(params: Params, layout: Layout) -> list[Path]:
     """Remove the outputs of items outside the current sweep / ablation lists; returns what went.
 
     Only files and folders named the way the stage table names these stages' outputs are touched
-    (:func:`named_like_outputs`): model folders ``models/[<framework>/]<backbone>/<loss>/seed<k>`` (and
+    (:func:`named_like_outputs`): model folders ``models/<framework>/<backbone>/<loss>/seed<k>`` (and
     ``.seed<k>.*``), the item files of ``metrics/train``, ``metrics/eval``, ``metrics/curves/{loss,dev}``,
     ``metrics/hard_negatives`` and ``metrics/ablation``.
     """
@@ -300,7 +296,7 @@ def prune_stale(params: Params, layout: Layout) -> list[Path]:
     for path in stale:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     for folder in {p.parent for p in stale if layout.models_dir in p.parents}:
-        for empty in (folder, folder.parent):  # models/[<framework>/]<b>/<loss>, then <b>, once empty
+        for empty in (folder, folder.parent):  # models/<framework>/<b>/<loss>, then <b>, once empty
             if empty.is_dir() and not any(p for p in empty.iterdir() if p.name != ".gitignore"):
                 shutil.rmtree(empty)
     if stale:

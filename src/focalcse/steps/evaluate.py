@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, EvalConfig, Params
+from focalcse.config import EvalConfig, Params
 from focalcse.core.model import SentenceEncoder, read_record
 from focalcse.eval.sts_eval import evaluate_sts
 from focalcse.layout import Layout
@@ -24,13 +24,12 @@ def run(
     loss: str,
     seed: int,
     progress: bool = True,
-    framework: str = BASE_FRAMEWORK,
+    *,
+    framework: str,
 ) -> dict[str, Any]:
     """Score the matrix item's model folder into ``layout.eval_metrics(...)``. The folder's record
     says how it encodes (pooler; a PromptBERT model its template and denoising)."""
-    identity: dict[str, Any] = {"backbone": backbone, "loss": loss, "seed": seed}
-    if framework != BASE_FRAMEWORK:
-        identity["framework"] = framework
+    identity: dict[str, Any] = {"backbone": backbone, "loss": loss, "seed": seed, "framework": framework}
     return evaluate_model(
         params.eval,
         layout.model_dir(backbone, loss, seed, framework),

@@ -44,7 +44,7 @@ def run(params: Params, layout: Layout, backbone: str, loss: str) -> dict[str, A
     )
     cos = {"start": cosines(starting)}
     del starting
-    model_dir = layout.model_dir(backbone, loss, seed)
+    model_dir = layout.model_dir(backbone, loss, seed, params.sweep.reference)
     cos[loss] = cosines(SentenceEncoder.from_pretrained(model_dir))
     top = hardest_negatives(
         cos["start"], [gold[i] for i in cand], rep.hard_negative_max_gold, rep.hard_negatives

@@ -3,15 +3,15 @@ of the same framework and backbone, and their Holm-adjusted p-values (one family
 backbone and loss: the tasks and ``avg``). Writes the full document (``metrics/significance.json``, a
 plain output) and DVC's one metrics file, the summary (``metrics/summary.json``).
 
-SimCSE's items are the ``evaluate`` stage's; every framework of ``sweep.frameworks`` adds the
-``evaluate_framework`` stage's items (their own files, :meth:`focalcse.layout.Layout.eval_metrics`
-with the framework). A SimCSE-only sweep writes exactly what it wrote before frameworks existed."""
+The items are the ``evaluate`` stage's, one per framework of ``sweep.frameworks``
+(:meth:`focalcse.layout.Layout.eval_metrics`); the first framework's results sit at the top level of
+both files and every other one's under ``frameworks`` (:func:`focalcse.eval.significance.significance`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params
+from focalcse.config import Params
 from focalcse.data.tasks import TASKS
 from focalcse.eval.significance import run_framework, significance, summary
 from focalcse.layout import Layout
@@ -20,10 +20,10 @@ from focalcse.results import read_result, write_result
 
 
 def load_eval_runs(params: Params, layout: Layout) -> list[dict[str, Any]]:
-    """The evaluation of every sweep item that has one, SimCSE's first (files of items outside the
-    sweep are not read); each carries backbone/loss/seed in ``meta``, and, for a framework other than
-    SimCSE, its framework (from the file's place when the meta names none; a meta naming another
-    framework than its file's is refused)."""
+    """The evaluation of every sweep item that has one, the reference framework's first (files of items
+    outside the sweep are not read); each carries backbone/loss/seed and its framework in ``meta`` (from
+    the file's place when the meta names none; a meta naming another framework than its file's is
+    refused)."""
     runs = []
     for framework, backbone, loss, seed in params.framework_items():
         path = layout.eval_metrics(backbone, loss, seed, framework)
@@ -38,7 +38,7 @@ def load_eval_runs(params: Params, layout: Layout) -> list[dict[str, Any]]:
             raise ValueError(
                 f"{path}: meta names framework {run_framework(data)!r}, but the file is a {framework} item"
             )
-        if framework != BASE_FRAMEWORK and "framework" not in meta:
+        if "framework" not in meta:
             data = {**data, "meta": {**meta, "framework": framework}}
         runs.append(data)
     if not runs:

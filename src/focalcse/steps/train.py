@@ -1,6 +1,6 @@
-"""Step ``train``: one (framework ×) backbone × loss × seed run; the best-on-dev model, a metrics JSON,
-two curves. SimCSE is the training loop's own step; every registered framework plugs a
-:class:`focalcse.core.training.FrameworkStep` into it (:func:`framework_encoder`)."""
+"""Step ``train``: one framework × backbone × loss × seed run; the best-on-dev model, a metrics JSON,
+two curves. Every registered framework plugs a :class:`focalcse.core.training.FrameworkStep` into the
+training loop (:func:`framework_encoder`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from focalcse.atomic import sha256_file, write_json
-from focalcse.config import BASE_FRAMEWORK, Params, TrainConfig
+from focalcse.config import Params, TrainConfig
 from focalcse.core.batching import tokenize_corpus
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.frameworks import framework_module
@@ -30,26 +30,25 @@ def run(
     log_metrics: MetricsCallback | None = None,
     progress: bool = True,
     parallel: DistributedContext | None = None,
-    framework: str = BASE_FRAMEWORK,
+    *,
+    framework: str,
 ) -> dict[str, Any]:
     """Train matrix item (framework, backbone, loss, seed) into the layout's paths; see :func:`train_item`."""
     cfg = params.train_config(backbone, loss, seed, framework)
     item = layout.train_item(backbone, loss, seed, framework)
-    return train_item(params, cfg, backbone, item, log_metrics, progress, parallel, framework)
+    return train_item(params, cfg, backbone, item, log_metrics, progress, parallel, framework=framework)
 
 
 def framework_encoder(
     params: Params, cfg: TrainConfig, backbone: str, item: TrainItem, framework: str
 ) -> tuple[SentenceEncoder, Any, int]:
     """``(encoder, step, corpus_max_len)`` of one item: the encoder to train, the framework's training
-    step (None for SimCSE, the loop's own) and the token budget the corpus is tokenised with.
+    step and the token budget the corpus is tokenised with.
 
-    A framework other than SimCSE is its registered module (:mod:`focalcse.core.frameworks`), imported
-    by computed name (so SimCSE's items depend on no framework module) and asked for
+    The framework is its registered module (:mod:`focalcse.core.frameworks`), imported by computed name
+    (so an item depends on its own framework's module only) and asked for
     ``training_setup(source, cfg, settings, prepared_dir)``."""
     source = params.backbone_source(backbone)
-    if framework == BASE_FRAMEWORK:
-        return SentenceEncoder.for_training(source, cfg), None, cfg.max_seq_len
     module = framework_module(framework)
     return module.training_setup(source, cfg, params.frameworks.settings(framework), item.prepared_dir)
 
@@ -62,13 +61,14 @@ def train_item(
     log_metrics: MetricsCallback | None = None,
     progress: bool = True,
     parallel: DistributedContext | None = None,
-    framework: str = BASE_FRAMEWORK,
+    *,
+    framework: str,
 ) -> dict[str, Any]:
     """Train ``cfg`` on ``backbone`` with ``framework``; write the best model, a metrics JSON and the
     loss / dev curves.
 
     ``parallel``: one rank of a ``torchrun`` job; only rank 0 evaluates and writes, the others
-    return ``{}`` (SimCSE only: the other frameworks refuse DDP).
+    return ``{}`` (for a framework whose SPEC does not refuse DDP).
     """
     source = params.backbone_source(backbone)
     start = time.perf_counter()
@@ -78,7 +78,8 @@ def train_item(
         corpus = tokenize_corpus(item.corpus_file, encoder.tokenizer, corpus_len)
     dev = stsb_dev_evaluator(str(item.sts_dir), batch_size=params.eval.batch_size, precision=cfg.precision)
     identity = {"backbone": backbone, "backbone_source": source, "loss": cfg.loss, "seed": cfg.seed}
-    if step is not None:  # SimCSE's records stay as they were before frameworks existed
+    record = params.framework_record(framework)
+    if record is not None or step.settings:  # a framework with nothing of its own (SimCSE) records none
         identity["framework"] = {**params.framework_settings(framework), **step.settings}
     result = train(
         encoder,

@@ -1,9 +1,8 @@
 """Frameworks around the contrastive loss: how a batch becomes two views, any extra loss term, and
 the sentence vector. The registry: importing it needs no torch.
 
-SimCSE is the training loop's own step (:mod:`focalcse.core.training`: the batch encoded twice,
-dropout the only augmentation; :data:`BASE_FRAMEWORK`). Every other framework is one package folder
-here, ``<name>/`` with the ``SPEC`` in its ``__init__.py`` (or an importable module named by :func:`register_module` or the ``FOCALCSE_FRAMEWORK_MODULES``
+Every framework, SimCSE (``simcse/``: the batch encoded twice, dropout the only augmentation) among
+them, is one package folder here, ``<name>/`` with the ``SPEC`` in its ``__init__.py`` (or an importable module named by :func:`register_module` or the ``FOCALCSE_FRAMEWORK_MODULES``
 environment variable) that defines
 
 * ``SPEC``, a literal dict read without importing the module::
@@ -15,11 +14,14 @@ environment variable) that defines
           "needs": ["generator"],       # stage outputs its items need: the pretrain_generator stage's MLM
           "refuses": ["ddp", "gradcache"],                     # what its step cannot train with
           "encoder": False,             # True: its saved folders load with the module's ENCODER class
+          "unpad": False,               # True: its step takes the unpadded forward (train.unpad)
+          "default": False,             # True: the framework a sweep trains when it names none (one)
       }
 
 * ``training_setup(source, cfg, settings, prepared_dir) -> (encoder, step, corpus_max_len)``; its step
   is a :class:`focalcse.core.training.FrameworkStep`: the loop hands it the batch's token ids and the
-  registry's contrastive loss, so every registered loss works with every framework. ``prepared_dir``
+  registry's contrastive loss, so every registered loss works with every framework (a step with
+  ``settings`` empty records nothing of its own in the saved folder, SimCSE's). ``prepared_dir``
   is the framework's ``pretrain_generator`` item (``models/generators/<framework>/<backbone>``).
 
 The settings class (a frozen dataclass, torch-free) is the framework's ``frameworks.<name>`` params
@@ -29,7 +31,7 @@ optional ``recorded_pooler(pooler)`` naming the sentence vector ``train.pooler``
 config (:func:`focalcse.core.settings.recorded_train`; PromptBERT: the template's mask token), and
 ``generator`` / ``pretrain`` when the framework needs a generator. Only that framework's items depend on
 its module and its settings module (both imported by computed name), so changing one framework reruns
-no other framework's items and no SimCSE item.
+no other framework's items.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.core.literal import add_unique, module_origin, plugin_modules, read_literal, scan
-from focalcse.layout import BASE_FRAMEWORK
 
 PLUGINS_ENV = "FOCALCSE_FRAMEWORK_MODULES"  # comma-separated extra framework modules
 NEEDS = ("generator",)  # the stage outputs a framework may need (the pretrain_generator stage)
@@ -66,6 +67,8 @@ class FrameworkSpec:
     needs: tuple[str, ...] = ()
     refuses: tuple[str, ...] = ()
     encoder: bool = False
+    unpad: bool = False
+    default: bool = False
     source: str = ""  # the module's file
 
     @property
@@ -80,7 +83,9 @@ def read_spec(path: str | os.PathLike, module: str) -> FrameworkSpec | None:
         return None
     if not isinstance(raw, dict) or not {"name", "label"} <= set(raw):
         raise FrameworkRegistryError(f"{path}: SPEC needs at least 'name' and 'label'")
-    unknown = sorted(set(raw) - {"name", "label", "settings", "needs", "refuses", "encoder"})
+    unknown = sorted(
+        set(raw) - {"name", "label", "settings", "needs", "refuses", "encoder", "unpad", "default"}
+    )
     if unknown:
         raise FrameworkRegistryError(f"{path}: SPEC has unknown key(s) {unknown}")
     for key, allowed in (("needs", NEEDS), ("refuses", REFUSALS)):
@@ -90,8 +95,6 @@ def read_spec(path: str | os.PathLike, module: str) -> FrameworkSpec | None:
     settings = raw.get("settings", "")
     if settings and ":" not in settings:
         raise FrameworkRegistryError(f"{path}: SPEC settings {settings!r}: expected 'module:Class'")
-    if raw["name"] == BASE_FRAMEWORK:
-        raise FrameworkRegistryError(f"{path}: {BASE_FRAMEWORK!r} is the training loop's own framework")
     return FrameworkSpec(
         name=raw["name"],
         module=module,
@@ -100,6 +103,8 @@ def read_spec(path: str | os.PathLike, module: str) -> FrameworkSpec | None:
         needs=tuple(raw.get("needs", ())),
         refuses=tuple(raw.get("refuses", ())),
         encoder=bool(raw.get("encoder", False)),
+        unpad=bool(raw.get("unpad", False)),
+        default=bool(raw.get("default", False)),
         source=str(path),
     )
 
@@ -132,18 +137,32 @@ def register_module(module: str) -> FrameworkSpec:
 
 
 def framework_names() -> tuple[str, ...]:
-    """Every registered framework besides SimCSE: built-ins (alphabetical), then plugins."""
+    """Every registered framework: built-ins (alphabetical), then plugins."""
     _discover()
     return tuple(_REGISTRY)
 
 
 def all_frameworks() -> tuple[str, ...]:
-    """SimCSE, then every registered framework."""
-    return (BASE_FRAMEWORK, *framework_names())
+    """Every registered framework, the default (the paper's own) first, then :func:`framework_names`'
+    order: the order listings and choices show them in."""
+    first = default_framework()
+    return (first, *(f for f in framework_names() if f != first))
+
+
+def default_framework() -> str:
+    """The framework a sweep trains when ``sweep.frameworks`` names none: the one whose SPEC says
+    ``"default": True`` (exactly one must)."""
+    _discover()
+    names = [s.name for s in _REGISTRY.values() if s.default]
+    if len(names) != 1:
+        raise FrameworkRegistryError(
+            f"exactly one framework SPEC must say 'default': True; found {names or 'none'}"
+        )
+    return names[0]
 
 
 def framework_spec(name: str) -> FrameworkSpec:
-    """The spec of framework ``name`` (not SimCSE); ValueError naming the registered ones if unknown."""
+    """The spec of framework ``name``; ValueError naming the registered ones if unknown."""
     _discover()
     if name not in _REGISTRY:
         raise ValueError(f"unknown framework {name!r}; expected one of {', '.join(_REGISTRY)}")
@@ -151,7 +170,7 @@ def framework_spec(name: str) -> FrameworkSpec:
 
 
 def framework_label(name: str) -> str:
-    return "SimCSE" if name == BASE_FRAMEWORK else framework_spec(name).label
+    return framework_spec(name).label
 
 
 def settings_class(name: str) -> type | None:
@@ -169,10 +188,10 @@ def framework_module(name: str) -> Any:
 
 
 __all__ = [
-    "BASE_FRAMEWORK",
     "FrameworkRegistryError",
     "FrameworkSpec",
     "all_frameworks",
+    "default_framework",
     "framework_label",
     "framework_module",
     "framework_names",

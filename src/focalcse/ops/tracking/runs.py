@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params
+from focalcse.config import Params
 from focalcse.errors import TrackingUnavailableError
 from focalcse.layout import Layout, run_name, stage_name
 from focalcse.ops.tracking.inputs import input_datasets
@@ -390,7 +390,7 @@ def train_run(
     loss: str,
     seed: int,
     work_dir: str | os.PathLike | None = None,
-    framework: str = BASE_FRAMEWORK,
+    framework: str | None = None,
     layout: Layout | None = None,
 ) -> Iterator[TrainRun | _NoRun | _Opening]:
     """Open the MLflow run of one train matrix item; it ends FINISHED, FAILED with the error as a tag
@@ -405,7 +405,7 @@ def train_run(
     ``work_dir``: the item's checkpoint folder (``.seed<k>.work`` beside the model). The run id is
     kept there, so a resumed item continues the same run; an earlier run of the item left RUNNING by
     a process of this machine that is gone and that nothing resumes gets its queued records, then
-    ends KILLED. ``layout`` (default: the repo root's) names the data logged as the run's dataset
+    ends KILLED. ``framework``: default the sweep's reference (its first). ``layout`` (default: the repo root's) names the data logged as the run's dataset
     inputs (:func:`input_datasets`).
 
     Example::
@@ -418,6 +418,7 @@ def train_run(
         yield _NoRun()
         return
     # ConfigError before touching the store; the same dict `focalcse config` prints
+    framework = framework or params.sweep.reference
     effective = params.effective_config(backbone, loss, seed, framework)
     uri = tracking_uri()
     item = _Item(params, backbone, loss, seed, work_dir, framework, layout, effective, uri)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from focalcse.config import BASE_FRAMEWORK, Params
+from focalcse.config import Params
 from focalcse.data.tasks import TASKS
 from focalcse.layout import COMPANION_KEYS, companion_file, run_name, safe_name, stage_name
 from focalcse.ops.tracking.process import identity_tags
@@ -57,7 +57,8 @@ def log_evaluation(
     model_dir: str | os.PathLike,
     result: dict[str, Any],
     result_file: str | os.PathLike | None = None,
-    framework: str = BASE_FRAMEWORK,
+    *,
+    framework: str,
 ) -> str | None:
     """Attach an evaluation to the train run that produced ``model_dir`` (by fingerprint); without
     one (model restored from DVC's cache or a remote), a new run with the same tags. Returns the run id."""
