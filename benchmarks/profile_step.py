@@ -157,7 +157,7 @@ def one_step(loop: Any, cfg: Any, idx: list[int], timers: Timers) -> float:
     from focalcse.core.gradcache import _upcast
 
     t = time.perf_counter()
-    ids, mask = pad_batch([loop.ids_column[i] for i in idx], loop.pad_id)
+    ids, mask = pad_batch([loop.ids_column[i] for i in idx], loop.encoder.tokenizer.pad_token_id or 0)
     ids2, mask2 = torch.cat([ids, ids]).to(loop.device), torch.cat([mask, mask]).to(loop.device)
     now = time.perf_counter()
     timers.add("data", now - t)

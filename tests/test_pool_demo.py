@@ -52,7 +52,7 @@ def test_pool_items_run_on_the_workers_and_come_back_through_dvc(tmp_path, data_
         assert "/worker-" in run["ran_in"] and summary["git_commit"][:12] in run["ran_in"], run
 
     mlflow = {r["run"]: r for r in summary["mlflow_runs"]}
-    for name in ("tiny-infonce-seed1", "tiny-focal_infonce-seed1"):
+    for name in ("simcse-tiny-infonce-seed1", "simcse-tiny-focal_infonce-seed1"):
         run = mlflow[name]  # trained on one worker, evaluated (maybe) on the other: one shared run
         assert run["status"] == "FINISHED" and "model" in run["artifacts"]
         assert run["stsb_dev_best"] is not None and run["sts_avg"] is not None

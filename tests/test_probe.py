@@ -49,7 +49,7 @@ def test_faults_on_a_tiny_item_pass_every_check(tmp_path, data_mirror, tiny_back
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     report = json.loads(out.read_text())
-    assert report["item"] == "tiny-infonce-seed1" and report["num_sentences"] == 64 * 12
+    assert report["item"] == "simcse-tiny-infonce-seed1" and report["num_sentences"] == 64 * 12
     assert report["ok"] and all(report["checks"].values()), report["failed"]
     assert report["corrupt_checkpoint"]["fell_back_to_step"] == 4
     assert "Checks: all passed" in proc.stdout

@@ -159,7 +159,7 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     runs = client.search_runs([exp.experiment_id])
     assert len(runs) == 1
     r = runs[0]
-    assert r.info.status == "FINISHED" and r.info.run_name == "tiny-infonce-seed1"
+    assert r.info.status == "FINISHED" and r.info.run_name == "simcse-tiny-infonce-seed1"
     tags = r.data.tags
     assert (tags["backbone"], tags["loss"], tags["seed"]) == ("tiny", "infonce", "1")
     assert (
@@ -227,7 +227,7 @@ def test_train_and_evaluate_fill_one_run(project: Path, tmp_path: Path) -> None:
     assert [m.model_id for m in client.search_logged_models([exp.experiment_id])] == [logged.model_id]
     assert model.artifact_location.startswith(exp.artifact_location)
     artifacts = {a.path for a in client.list_artifacts(r.info.run_id, "metrics")}
-    assert "metrics/tiny-infonce-seed1.json" in artifacts
+    assert "metrics/simcse-tiny-infonce-seed1.json" in artifacts
 
 
 @pytest.mark.slow

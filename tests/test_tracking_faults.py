@@ -95,7 +95,7 @@ def project(tmp_path_factory, data_mirror) -> Path:
         sweep={"backbones": ["tiny"], "losses": ["infonce", "focal_infonce"], "seeds": [1, 2]},
         train={**TINY_PARAMS["train"], "epochs": 6, "checkpoint_steps": 2},  # (a section is replaced)
     )
-    run(["dvc", "repro", "sample", "prepare_sts"], dest, project_env(dest))
+    run(["dvc", "repro", "sample", "prepare_sts", "pretrain_generator@simcse-tiny"], dest, project_env(dest))
     return dest
 
 
@@ -128,7 +128,7 @@ def _start_train(
 ) -> subprocess.Popen:
     """The train stage of item (tiny, infonce, seed) as its own process."""
     return subprocess.Popen(
-        [sys.executable, "stages/train.py", "tiny", "infonce", str(seed)],
+        [sys.executable, "stages/train.py", "simcse", "tiny", "infonce", str(seed)],
         cwd=project,
         env=env,
         stdout=stdout,
@@ -152,7 +152,7 @@ def test_server_killed_mid_item_then_sync(project: Path, tmp_path: Path) -> None
         assert proc.returncode == 0, err[-3000:]
         notices = [line for line in err.splitlines() if line.startswith("MLflow unreachable: ")]
         assert len(notices) == 1 and "run `focalcse tracking sync`" in notices[0], err[-3000:]
-        assert (project / "models/tiny/infonce/seed1/model.safetensors").is_file()
+        assert (project / "models/simcse/tiny/infonce/seed1/model.safetensors").is_file()
         (queued,) = _queue_files(project)
         run_id = queued.stem
         assert run_id in notices[0]
@@ -167,7 +167,7 @@ def test_server_killed_mid_item_then_sync(project: Path, tmp_path: Path) -> None
         assert [r.info.run_id for r in runs] == [run_id]
         r = runs[0]
         assert r.info.status == "FINISHED" and "model_sha256" in r.data.tags
-        train = json.loads((project / "metrics/train/tiny-infonce-seed1.json").read_text())
+        train = json.loads((project / "metrics/train/simcse-tiny-infonce-seed1.json").read_text())
         for key in ("loss", "lr", "grad_norm"):
             steps = [m.step for m in client.get_metric_history(run_id, key)]
             assert sorted(steps) == list(range(1, train["steps"] + 1)), key
@@ -182,14 +182,14 @@ def test_a_train_item_started_with_the_server_down_finishes_then_sync(project: P
     from mlflow import MlflowClient
 
     dead = f"http://127.0.0.1:{free_port()}"
-    stage = "train@tiny-focal_infonce-1"
+    stage = "train@simcse-tiny-focal_infonce-1"
     done = run(
         ["dvc", "repro", "--single-item", stage], project, project_env(project, MLFLOW_TRACKING_URI=dead)
     )
     notices = [line for line in done.stderr.splitlines() if dead in line]
     assert len(notices) == 1 and "training goes on" in notices[0], done.stderr[-3000:]
-    assert (project / "models/tiny/focal_infonce/seed1/model.safetensors").is_file()
-    train = json.loads((project / "metrics/train/tiny-focal_infonce-seed1.json").read_text())
+    assert (project / "models/simcse/tiny/focal_infonce/seed1/model.safetensors").is_file()
+    train = json.loads((project / "metrics/train/simcse-tiny-focal_infonce-seed1.json").read_text())
     status = run(["dvc", "status", stage], project, project_env(project)).stdout
     assert "changed" not in status, status  # DVC committed the outputs
     (queued,) = _queue_files(project)
@@ -205,7 +205,7 @@ def test_a_train_item_started_with_the_server_down_finishes_then_sync(project: P
     assert not _queue_files(project)
     client = MlflowClient(uri)
     (r,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
-    assert r.info.status == "FINISHED" and r.info.run_name == "tiny-focal_infonce-seed1"
+    assert r.info.status == "FINISHED" and r.info.run_name == "simcse-tiny-focal_infonce-seed1"
     assert r.data.tags["dvc_stage"] == stage and "model_sha256" in r.data.tags
     for key in ("loss", "lr", "grad_norm"):
         steps = [m.step for m in client.get_metric_history(r.info.run_id, key)]
@@ -223,7 +223,7 @@ def test_kill_9_and_resume_keep_one_run_with_a_logged_model(project: Path) -> No
     from sentence_transformers import SentenceTransformer
 
     env = project_env(project)  # sqlite store in the copy
-    work = project / "models/tiny/infonce/.seed2.work"
+    work = project / "models/simcse/tiny/infonce/.seed2.work"
     proc = _start_train(project, env, 2, stdout=subprocess.DEVNULL)
 
     def past_checkpoint() -> bool:
@@ -241,15 +241,15 @@ def test_kill_9_and_resume_keep_one_run_with_a_logged_model(project: Path) -> No
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     assert client.get_run(run_id).info.status == "RUNNING"
 
-    done = run([sys.executable, "stages/train.py", "tiny", "infonce", "2"], project, env)
+    done = run([sys.executable, "stages/train.py", "simcse", "tiny", "infonce", "2"], project, env)
     assert f"MLflow run {run_id} resumed" in done.stdout
     assert "MLflow unreachable" not in done.stderr
     exp = client.get_experiment_by_name("tiny")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
-    runs = client.search_runs([exp.experiment_id], filter_string="tags.dvc_stage = 'train@tiny-infonce-2'")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.dvc_stage = 'train@simcse-tiny-infonce-2'")
     assert [r.info.run_id for r in runs] == [run_id]
     assert runs[0].info.status == "FINISHED"
-    train = json.loads((project / "metrics/train/tiny-infonce-seed2.json").read_text())
+    train = json.loads((project / "metrics/train/simcse-tiny-infonce-seed2.json").read_text())
     steps = [m.step for m in client.get_metric_history(run_id, "loss")]
     assert steps == list(range(1, train["steps"] + 1))  # every step once
     assert not work.exists() and not _queue_files(project)
@@ -259,7 +259,7 @@ def test_kill_9_and_resume_keep_one_run_with_a_logged_model(project: Path) -> No
     (model_out,) = runs[0].outputs.model_outputs
     loaded = mlflow.sentence_transformers.load_model(f"models:/{model_out.model_id}")
     sentences = ["a man is playing a guitar", "two dogs run in the park"]
-    folder = SentenceTransformer(str(project / "models/tiny/infonce/seed2"), device="cpu")
+    folder = SentenceTransformer(str(project / "models/simcse/tiny/infonce/seed2"), device="cpu")
     assert np.allclose(loaded.encode(sentences), folder.encode(sentences), atol=1e-6)
 
 
@@ -273,7 +273,7 @@ def test_run_of_a_dead_process_that_nothing_resumes_ends_killed(tmp_path: Path) 
     exp = store.create_experiment("stale", artifact_location=(tmp_path / "art").as_uri())
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stage = {"dvc_stage": "train@tiny-infonce-1", "focalcse_stage": "train"}
+    stage = {"dvc_stage": "train@simcse-tiny-infonce-1", "focalcse_stage": "train"}
     host = socket.gethostname()
     gone_tags = {**stage, "focalcse.pid": str(dead.pid), "focalcse.host": host}
     gone = store.create_run(exp, tags=gone_tags)
@@ -290,7 +290,7 @@ def test_run_of_a_dead_process_that_nothing_resumes_ends_killed(tmp_path: Path) 
     held.write(json.dumps({**header, "run_id": locked.info.run_id}) + "\n")
     held.flush()
     try:
-        tracking._kill_stale(store, exp, "train@tiny-infonce-1", None, q, uri)
+        tracking._kill_stale(store, exp, "train@simcse-tiny-infonce-1", None, q, uri)
     finally:
         held.close()
     assert store.get_run(gone.info.run_id).info.status == "KILLED"

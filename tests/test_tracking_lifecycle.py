@@ -196,7 +196,7 @@ def test_killed_before_its_first_checkpoint_then_rerun(project: Path) -> None:
     assert client.get_run(dead_id).info.status == "RUNNING"
     assert not client.get_metric_history(dead_id, "queued_only")
 
-    done = run([sys.executable, "stages/train.py", "tiny", "infonce", "1"], project, env)
+    done = run([sys.executable, "stages/train.py", "simcse", "tiny", "infonce", "1"], project, env)
     assert f"MLflow run {dead_id} marked KILLED" in done.stdout
     runs = {r.info.run_id: r for r in _stage_runs(client, "train@simcse-tiny-infonce-1")}
     assert len(runs) == 2 and dead_id in runs
@@ -218,7 +218,7 @@ def test_a_train_run_names_its_datasets_and_commit(project: Path) -> None:
     from mlflow import MlflowClient
 
     env = project_env(project)
-    run([sys.executable, "stages/train.py", "tiny", "infonce", "2"], project, env)
+    run([sys.executable, "stages/train.py", "simcse", "tiny", "infonce", "2"], project, env)
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     (r,) = _stage_runs(client, "train@simcse-tiny-infonce-2")
     assert r.info.status == "FINISHED"

@@ -192,9 +192,8 @@ ABLATION_PARAMS = (
     "ablation.loss",
     "ablation.backbone",
     "ablation.seed",
-    "sweep.backbones",
-    "sweep.frameworks",
-    *TRAIN_PARAMS,
+    "sweep.backbones",  # the reference framework (sweep.frameworks[0]) is in its code deps' paths, so
+    *TRAIN_PARAMS,  # adding a framework to the sweep reruns no ablation item
     "eval.precision",
 )
 
@@ -354,7 +353,6 @@ STAGES: tuple[Stage, ...] = (
                 (
                     "report.hard_negatives",
                     "report.hard_negative_max_gold",
-                    "sweep.frameworks",
                     *TRAIN_PARAMS,
                     f"frameworks.{v[REFERENCE]}",
                     "eval.precision",
