@@ -225,7 +225,10 @@ def test_reproduce_runs_each_dvc_stage_as_a_task(harness, tmp_path_factory, data
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     exp = client.get_experiment_by_name("tiny")
     runs = client.search_runs([exp.experiment_id])
-    assert sorted(r.info.run_name for r in runs) == ["simcse-tiny-focal_infonce-seed1", "simcse-tiny-infonce-seed1"]
+    assert sorted(r.info.run_name for r in runs) == [
+        "simcse-tiny-focal_infonce-seed1",
+        "simcse-tiny-infonce-seed1",
+    ]
     for r in runs:
         ev = json.loads((repo / f"metrics/eval/{r.info.run_name}.json").read_text())
         assert r.data.metrics["sts_avg"] == pytest.approx(ev["avg"]) and r.data.tags["evaluated"] == "true"

@@ -1122,7 +1122,7 @@ def test_dvc_repro_builds_a_report_matching_the_tiny_runs_metrics(tiny_run: Path
                 item["steps"] == main["steps"] and cfg["max_steps"] == params.ablation_base_config().max_steps
             )
             assert cfg["loss"] == ab.loss and cfg["seed"] == ab.seed and item["backbone"] == "tiny"
-    assert sorted(p.name for p in (tiny_run / "models/tiny").iterdir()) == ["focal_infonce", "infonce"]
+    assert sorted(p.name for p in (tiny_run / "models/simcse/tiny").iterdir()) == ["focal_infonce", "infonce"]
 
 
 @pytest.mark.slow

@@ -246,7 +246,9 @@ def test_kill_9_and_resume_keep_one_run_with_a_logged_model(project: Path) -> No
     assert "MLflow unreachable" not in done.stderr
     exp = client.get_experiment_by_name("tiny")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
-    runs = client.search_runs([exp.experiment_id], filter_string="tags.dvc_stage = 'train@simcse-tiny-infonce-2'")
+    runs = client.search_runs(
+        [exp.experiment_id], filter_string="tags.dvc_stage = 'train@simcse-tiny-infonce-2'"
+    )
     assert [r.info.run_id for r in runs] == [run_id]
     assert runs[0].info.status == "FINISHED"
     train = json.loads((project / "metrics/train/simcse-tiny-infonce-seed2.json").read_text())

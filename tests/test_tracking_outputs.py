@@ -46,7 +46,9 @@ def test_tracking_on_and_off_give_identical_outputs(tmp_path: Path, data_mirror:
         sweep={"backbones": ["tiny"], "losses": ["infonce", "focal_infonce"], "seeds": [1]},
     )
     off_env = project_env(project, FOCALCSE_TRACKING="off")
-    run(["dvc", "repro", "check", "sample", "prepare_sts", "pretrain_generator@simcse-tiny"], project, off_env)
+    run(
+        ["dvc", "repro", "check", "sample", "prepare_sts", "pretrain_generator@simcse-tiny"], project, off_env
+    )
     item = [
         "dvc",
         "repro",
