@@ -26,18 +26,19 @@ PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
-# `make reproduce` runs the committed params.yaml; `make reproduce PARAMS=paper` first writes
-# params.yaml = params.yaml + the overlay params/paper.yaml (focalcse params use; it says so, and
-# `git checkout params.yaml` restores the default), recorded in dvc.lock and MLflow like any run.
-# Either way the parameters are validated before DVC reads dvc.yaml (docs/reliability.md).
-# Last, the default's run re-renders the numbers README.md and docs/*.md quote (`make docs`) from the
-# results it just wrote; another set's run leaves the docs alone (it shares the output tree).
+# `make reproduce` runs the committed params.yaml here; `make reproduce PARAMS=paper` runs the set
+# params/paper.yaml (composed over params.yaml) in its own folder sets/paper/: `focalcse params use`
+# writes its params.yaml and dvc.yaml there, and its data, models, metrics, report and dvc.lock stay
+# there, so one set never prunes or overwrites another's. Either way the parameters are validated
+# before DVC reads dvc.yaml (docs/reliability.md). Last, the default's run re-renders the numbers
+# README.md and docs/*.md quote (`make docs`) from the results it just wrote.
 PARAMS ?=
 reproduce: $(STAMP)
 	@if [ -n "$(PARAMS)" ]; then $(VENV)/bin/focalcse params use $(PARAMS) || exit 2; \
 	else $(VENV)/bin/focalcse params check || exit 2; fi
-	FOCALCSE_RUN_STARTED=$$(date +%s) FOCALCSE_RUN_COMMAND="make reproduce$(if $(PARAMS), PARAMS=$(PARAMS))" \
-	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+	cd $(if $(PARAMS),sets/$(PARAMS),.) && \
+	  FOCALCSE_RUN_STARTED=$$(date +%s) FOCALCSE_RUN_COMMAND="make reproduce$(if $(PARAMS), PARAMS=$(PARAMS))" \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/dvc repro
 	@if [ -z "$(PARAMS)" ]; then echo "cog -r README.md docs/*.md"; $(VENV)/bin/cog -r $(DOCS) >/dev/null || exit 1; fi
 
 # The numbers of README.md and docs/*.md, rendered from the committed result files between cog markers

@@ -157,9 +157,8 @@ def reproduce(
         force: ``dvc repro --force`` each stage.
         repo: the repository (default: this checkout).
     """
-    root = Path(repo or REPO).resolve()
     logger = get_run_logger()
-    name = select_param_set(root, param_set)
+    name, root = select_param_set(Path(repo or REPO).resolve(), param_set)
     graph = dvc_graph(root)
     plan = plan_stages(graph, repo_matrix_items(root), stages=stages, backbones=backbones, seeds=seeds)
     logger.info(f"parameter set {name!r}: {len(plan.stages)} stage(s) in {root}: {', '.join(plan.stages)}")
@@ -238,9 +237,8 @@ def ablation(
     ``temperatures`` / ``ms`` default to the ``ablation`` params section — and, with ``run_queue``,
     runs the queue (``dvc exp run --run-all --jobs``); compare with ``dvc exp show``.
     """
-    root = Path(repo or REPO).resolve()
     logger = get_run_logger()
-    name = select_param_set(root, param_set)
+    name, root = select_param_set(Path(repo or REPO).resolve(), param_set)
     if not queue_experiments:
         graph = dvc_graph(root)
         if stages is None:

@@ -59,6 +59,7 @@ from focalcse.ops.orchestration import (
     select_param_set,
     stage_env,
 )
+from focalcse.paramsets import WORK_DIR
 from pipelines.flows import REPO, RETRY_BACKOFF_S, retry_if_transient, run_plan
 
 STAGE_FLOW = "dvc-stage-item"
@@ -90,7 +91,7 @@ def stage_item(
     """
     logger = get_run_logger()
     checkout = workpool.worker_checkout(git_url, commit, label=workpool.label_for(param_set))
-    select_param_set(checkout, param_set)
+    _, here = select_param_set(checkout, param_set)  # the checkout, or the set's folder sets/<name>/
     if dvc_remote:
         workpool.set_remote(checkout, dvc_remote)
     extra = {"PYTHONPATH": str(checkout / "src")}  # the commit's code, not the worker venv's editable install
@@ -104,11 +105,11 @@ def stage_item(
         )
     logger.info(f"{stage} at {commit[:12]} in {checkout} on {socket.gethostname()} (pid {os.getpid()})")
     # the corpus, the STS data, the trained model ...: from the remote's run-cache
-    upstream = workpool.restore_upstream(checkout, stage, env, on_line=logger.info)
+    upstream = workpool.restore_upstream(here, stage, env, on_line=logger.info)
     if ran := sorted(s for s, action in upstream.items() if action == "ran"):
         logger.warning(f"not in the DVC remote's run-cache, so run here first: {', '.join(ran)}")
-    result = check_stage(run_dvc_stage(checkout, stage, force=force, on_line=logger.info, env=env, pull=True))
-    workpool.push_run_cache(checkout, stage, env)
+    result = check_stage(run_dvc_stage(here, stage, force=force, on_line=logger.info, env=env, pull=True))
+    workpool.push_run_cache(here, stage, env)
     logger.info(f"{stage}: {result.action} in {result.seconds:.1f} s; pushed to the DVC remote")
     return {**result.to_dict(), "host": socket.gethostname(), "checkout": str(checkout), "commit": commit}
 
@@ -207,11 +208,12 @@ def reproduce_pool(
         repo: the coordinator's checkout (default: this one).
     """
     root = Path(repo or REPO).resolve()
-    allowed = workpool.PIPELINE_OUTPUTS + (("params.yaml",) if param_set else ())
+    # a set's folder (sets/<name>/) is written here and by each worker from the same commit
+    allowed = workpool.PIPELINE_OUTPUTS + ((f"{WORK_DIR}/",) if param_set else ())
     commit = workpool.require_clean(root, allowed)
     url = git_url or workpool.origin_url(root)
     logger = get_run_logger()
-    name = select_param_set(root, param_set)
+    name, here = select_param_set(root, param_set)
     if dvc_remote:
         workpool.set_remote(root, dvc_remote)
     tracking = os.environ.get("MLFLOW_TRACKING_URI", "")
@@ -223,7 +225,7 @@ def reproduce_pool(
         "tracking_uri": tracking if tracking.startswith(("http://", "https://")) else None,
     }
     plan = plan_stages(
-        dvc_graph(root), repo_matrix_items(root), stages=stages, backbones=backbones, seeds=seeds
+        dvc_graph(here), repo_matrix_items(here), stages=stages, backbones=backbones, seeds=seeds
     )
     remote = tuple(remote_stages or REMOTE_STAGES)
     on_pool = [s for s in plan.stages if s.split("@", 1)[0] in remote]
@@ -233,7 +235,7 @@ def reproduce_pool(
     )
     start = time.perf_counter()
     status = run_plan(
-        root,
+        here,
         plan,
         concurrency,
         retries,

@@ -91,6 +91,36 @@ def _is_per_item(path: str) -> bool:
 # ---------------------------------------------------------------- the file is the rendering
 def test_committed_dvc_yaml_is_the_rendering() -> None:
     assert (ROOT / "dvc.yaml").read_text(encoding="utf-8") == dvc_yaml.render(P), "run `make dvc-yaml`"
+    for path, name in dvc_yaml.targets(ROOT)[1:]:  # every committed set folder's (sets/<name>/dvc.yaml)
+        assert path.read_text(encoding="utf-8") == dvc_yaml.render(P, name), f"{path}: run `make dvc-yaml`"
+
+
+def test_a_set_folder_runs_the_same_table_apart(tmp_path: Path) -> None:
+    """A set's dvc.yaml (sets/<name>/) as DVC reads it: the table's items, each writing the table's
+    paths inside the set's folder and running the checkout's scripts and code from two levels up."""
+    from dvc.repo import Repo
+
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    here = tmp_path / "sets" / "frameworks"
+    here.mkdir(parents=True)
+    (here / "dvc.yaml").write_text(dvc_yaml.render(P, "frameworks"))
+    (here / "params.yaml").write_text(yaml.safe_dump(compose_set(ROOT, "frameworks"), sort_keys=False))
+    items = {it.name: it for it in expand(load_params(here / "params.yaml"))}
+    with Repo(str(tmp_path)) as repo:
+        mine = [s for s in repo.index.stages if Path(s.path).parent == here]
+        others = [s for s in repo.index.stages if Path(s.path).parent == tmp_path]
+        assert sorted(s.name for s in mine) == sorted(items) and others  # the default's stages too
+        default_outs = {str(o.fs_path) for s in others for o in s.outs}
+        for s in mine:
+            it = items[s.name]
+            assert Path(s.wdir) == here and s.cmd == dvc_yaml.command(it.cmd, "../../")
+            assert [o.def_path for o in s.outs] == [e.path for e in (*it.outs, *it.metrics, *it.plots)]
+            assert all(Path(o.fs_path).is_relative_to(here) for o in s.outs)
+            assert not {str(o.fs_path) for o in s.outs} & default_outs  # never the default's paths
+            code = [d.def_path for d in s.deps if getattr(d, "params", None) is None][:1]
+            assert code == [f"../../{stage(it.stage).script}"]
 
 
 def test_check_mode_fails_on_a_stale_file_and_writing_fixes_it(tmp_path: Path, capsys) -> None:

@@ -181,16 +181,19 @@ def test_select_param_set(tmp_path) -> None:
     (tmp_path / "params").mkdir()
     (tmp_path / "params.yaml").write_text((repo / "params.yaml").read_text())
     (tmp_path / "params" / "paper.yaml").write_text((repo / "params" / "paper.yaml").read_text())
-    current = select_param_set(tmp_path, None)
-    assert select_param_set(tmp_path, current) == current
+    current, here = select_param_set(tmp_path, None)
+    assert here == tmp_path and select_param_set(tmp_path, current) == (current, tmp_path)
     assert (tmp_path / "params.yaml").read_text() == (repo / "params.yaml").read_text()
     with pytest.raises(ValueError, match="available"):
         select_param_set(tmp_path, "nope")
-    assert select_param_set(tmp_path, "paper") == "paper"
+    assert select_param_set(tmp_path, "paper") == ("paper", tmp_path / "sets" / "paper")
     from focalcse.config import load_params
     from focalcse.paramsets import load_set
 
-    assert load_params(tmp_path / "params.yaml").raw == load_set(repo, "paper").raw  # the composed set
+    # the composed set and its dvc.yaml, in the set's own folder; the default's params.yaml untouched
+    assert load_params(tmp_path / "sets/paper/params.yaml").raw == load_set(repo, "paper").raw
+    assert (tmp_path / "sets/paper/dvc.yaml").is_file()
+    assert (tmp_path / "params.yaml").read_text() == (repo / "params.yaml").read_text()
 
 
 def test_queue_status_is_parsed_per_experiment() -> None:

@@ -1,6 +1,6 @@
 """Parameter sets are overlays on params.yaml (focalcse.paramsets): the merge rule, what the sets
-hold, and ``focalcse params use`` (what it writes, that it says so, that it never stacks two sets and
-writes nothing for a bad set)."""
+hold, and ``focalcse params use`` (what it writes, in the set's own folder ``sets/<name>/``, that it
+says so, that it never stacks two sets and writes nothing for a bad set)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,17 @@ import pytest
 import yaml
 
 from focalcse.config import ConfigError, load_params
-from focalcse.paramsets import EXTENDS, HEADER, available, chain, compose, compose_set, load_set, use
+from focalcse.paramsets import (
+    EXTENDS,
+    HEADER,
+    available,
+    chain,
+    compose,
+    compose_set,
+    load_set,
+    set_dir,
+    use,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,35 +72,33 @@ def test_every_set_holds_only_what_differs_and_validates(name: str) -> None:
     assert params.raw["tracking"]["experiment"] == name  # each set names its MLflow experiment
 
 
-def test_use_writes_the_composed_set_and_says_how_to_go_back(tmp_path: Path) -> None:
+def test_use_writes_the_composed_set_in_its_own_folder(tmp_path: Path) -> None:
     root = _checkout(tmp_path, "hcl", "frameworks")
+    default = (root / "params.yaml").read_bytes()
     line = use(root, "hcl")
-    assert "git checkout params.yaml" in line and "params/hcl.yaml" in line
-    text = (root / "params.yaml").read_text()
+    assert line.startswith("sets/hcl/params.yaml <- ") and "params/hcl.yaml" in line
+    assert set_dir(root, "hcl") == root / "sets" / "hcl"
+    text = (root / "sets/hcl/params.yaml").read_text()
     assert text.startswith(HEADER) and "params/hcl.yaml" in text.splitlines()[0]
-    written = load_params(root / "params.yaml")
+    written = load_params(root / "sets/hcl/params.yaml")
     assert written.sweep.losses == ("infonce", "focal_infonce", "hcl")
     assert written.raw == load_set(REPO, "hcl").raw
-    # composing again starts from the default, never from the composed file: outside git it refuses
-    with pytest.raises(ConfigError, match="composed parameter set"):
-        use(root, "frameworks")
-    assert (root / "params.yaml").read_text() == text
+    assert (root / "params.yaml").read_bytes() == default  # the default's params stay as they are
 
 
-def test_use_stacks_nothing_in_a_git_checkout(tmp_path: Path) -> None:
+def test_use_stacks_nothing(tmp_path: Path) -> None:
     root = _checkout(tmp_path, "hcl", "frameworks")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
-        subprocess.run([*git, *cmd], cwd=root, check=True)
     use(root, "hcl")
-    use(root, "frameworks")  # base = HEAD's params.yaml, so no hcl loss carried over
-    p = load_params(root / "params.yaml")
+    hcl = (root / "sets/hcl/params.yaml").read_bytes()
+    use(root, "frameworks")  # composed over the default params.yaml, so no hcl loss carried over
+    p = load_params(root / "sets/frameworks/params.yaml")
     assert p.sweep.losses == ("infonce", "focal_infonce") and p.sweep.frameworks == (
         "simcse",
         "promptbert",
         "diffcse",
     )
     assert p.raw == compose_set(REPO, "frameworks")
+    assert (root / "sets/hcl/params.yaml").read_bytes() == hcl  # one set's folder is not another's
 
 
 def test_a_bad_set_writes_nothing(tmp_path: Path) -> None:
@@ -101,7 +109,7 @@ def test_a_bad_set_writes_nothing(tmp_path: Path) -> None:
         use(root, "bad")
     with pytest.raises(ConfigError, match="no params/nope.yaml; available: bad"):
         use(root, "nope")
-    assert (root / "params.yaml").read_text() == before
+    assert (root / "params.yaml").read_text() == before and not (root / "sets").exists()
 
 
 def test_cli_use_and_config_read_overlays(tmp_path: Path) -> None:
@@ -118,7 +126,11 @@ def test_cli_use_and_config_read_overlays(tmp_path: Path) -> None:
     done = subprocess.run(
         [*cli, "params", "use", "paper", "--root", str(root)], capture_output=True, text=True
     )
-    assert done.returncode == 0 and "git checkout params.yaml" in done.stdout
+    assert done.returncode == 0 and "sets/paper/params.yaml" in done.stdout, done.stderr
+    # the set's own dvc.yaml runs the checkout's stage scripts from its folder, two levels down
+    rendered = yaml.safe_load((root / "sets/paper/dvc.yaml").read_text())
+    assert rendered["stages"]["check"]["cmd"] == "python ../../stages/check.py"
+    assert rendered["stages"]["train"]["deps"][0] == "../../stages/train.py"
     bad = subprocess.run([*cli, "params", "use", "nope", "--root", str(root)], capture_output=True, text=True)
     assert bad.returncode == 2 and "no params/nope.yaml" in bad.stderr
 
@@ -144,9 +156,9 @@ def test_an_overlay_extends_an_overlay_base_first(tmp_path: Path) -> None:
     assert got["tracking"]["experiment"] == "c"
     message = use(root, "c")
     assert "params/a.yaml + params/b.yaml + params/c.yaml" in message
-    text = (root / "params.yaml").read_text()
+    text = (root / "sets/c/params.yaml").read_text()
     assert text.startswith(HEADER) and "params/a.yaml, then params/b.yaml, then params/c.yaml" in text
-    assert load_params(root / "params.yaml").train.max_steps == 9
+    assert load_params(root / "sets/c/params.yaml").train.max_steps == 9
 
 
 def test_paper_tau005_is_paper_with_tau_005(tmp_path: Path) -> None:
@@ -187,7 +199,7 @@ def test_a_bad_extends_is_one_line_and_writes_nothing(tmp_path: Path, sets: dict
     with pytest.raises(ConfigError) as err:
         use(root, "x")
     assert needle in str(err.value) and "\n" not in str(err.value)
-    assert (root / "params.yaml").read_bytes() == before
+    assert (root / "params.yaml").read_bytes() == before and not (root / "sets").exists()
 
 
 @pytest.mark.parametrize("name", ["../../etc/evil", "org/evil", "/opt/models/mine"])

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from focalcse.ops import workpool
+from focalcse.ops import dvc_yaml, workpool
 from focalcse.ops.orchestration import DETERMINISTIC, TRANSIENT, StageError, run_dvc_stage
 
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
@@ -246,7 +246,13 @@ def test_reproduce_pool_sends_train_items_to_the_pool_and_restores_them(
         result = pool.stage_item.fn(**parameters)
         return SimpleNamespace(name=f"run-{parameters['stage']}", id="0", state=Completed(data=result))
 
+    def mini_set_dvc_yaml(project, set_name=""):
+        """The mini graph as a set folder's dvc.yaml (sets/<name>/): the checkout's script two levels up."""
+        text = yaml.safe_dump(MINI_DVC, sort_keys=False)
+        return text.replace("python make.py", "python ../../make.py").replace("- make.py", "- ../../make.py")
+
     monkeypatch.setattr(prefect.deployments, "run_deployment", fake_run_deployment)
+    monkeypatch.setattr(dvc_yaml, "render", mini_set_dvc_yaml)
     monkeypatch.setenv(workpool.WORKDIR_ENV, str(tmp_path / "worker"))
     monkeypatch.setenv("PATH", _env()["PATH"])
     with prefect_test_harness(server_startup_timeout=120):
@@ -271,12 +277,13 @@ def test_reproduce_pool_sends_train_items_to_the_pool_and_restores_them(
     assert {c["commit"] for c in calls} == {project.commit} and {c["param_set"] for c in calls} == {"other"}
     assert all(c["git_url"] == str(project.origin) and c["name"] == pool.DEFAULT_DEPLOYMENT for c in calls)
     checkout = tmp_path / "worker" / f"{project.commit[:12]}-other"
-    summary = json.loads((project.coord / "metrics/summary.json").read_text())
-    assert summary == {"ran_in": [str(checkout), str(checkout)]}  # both items ran on the worker
-    assert (
-        yaml.safe_load((checkout / "params.yaml").read_text())["data"]["num_sentences"] == 5
-    )  # the same parameter set
-    assert "up to date" in _sh([sys.executable, "-m", "dvc", "status"], project.coord)
+    # the set ran in its own folder, here and on the worker: the default's paths were never written
+    here, there = project.coord / "sets" / "other", checkout / "sets" / "other"
+    summary = json.loads((here / "metrics/summary.json").read_text())
+    assert summary == {"ran_in": [str(there), str(there)]}  # both items ran on the worker
+    assert yaml.safe_load((there / "params.yaml").read_text())["data"]["num_sentences"] == 5  # the same set
+    assert not (project.coord / "metrics").exists() and not (project.coord / "models").exists()
+    assert "up to date" in _sh([sys.executable, "-m", "dvc", "status", "dvc.yaml"], here)
 
 
 def test_reproduce_pool_refuses_uncommitted_changes(project) -> None:

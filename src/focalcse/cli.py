@@ -121,10 +121,10 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _params_use(args: argparse.Namespace) -> int:
     from focalcse.config import ConfigError
-    from focalcse.paramsets import use
+    from focalcse.ops.dvc_yaml import write_set
 
     try:
-        print(use(args.root, args.name))
+        print(write_set(args.root, args.name))
     except ConfigError as err:
         raise ValueError(str(err)) from err
     return 0
@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     pss = ps.add_subparsers(dest="params_command", required=True)
     pu = pss.add_parser(
         "use",
-        help="write params.yaml = the default params.yaml with params/<name>.yaml merged in (validated first)",
+        help="write sets/<name>/params.yaml = the default params.yaml with params/<name>.yaml merged in "
+        "(validated first) and the set's own sets/<name>/dvc.yaml, where it runs apart from every other set",
     )
     pu.add_argument("name", help="a set under params/ (without .yaml)")
     pu.add_argument("--root", default=".", help="the checkout (default: the current folder)")

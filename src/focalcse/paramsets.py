@@ -7,9 +7,11 @@ default ``params.yaml`` when it names none. The default is the file in the check
 checkout's ``params.yaml`` is itself a composed set (it starts with :data:`HEADER`), the committed one
 (``git show HEAD:params.yaml``), so composing twice never stacks two sets.
 
-``make reproduce PARAMS=<set>`` (``focalcse params use <set>``) writes the composed set over
-``params.yaml``, where DVC reads it, and says so: the file starts with a header naming the set and
-the command that restores the default (``git checkout params.yaml``).
+Each set runs in a folder of its own, ``sets/<set>/`` (:func:`set_dir`): ``make reproduce
+PARAMS=<set>`` (``focalcse params use <set>``) writes the composed set there as ``params.yaml``, headed
+by a comment naming the set, beside the set's ``dvc.yaml`` (:func:`focalcse.ops.dvc_yaml.write_set`),
+and DVC runs it there. Its data, models, metrics, report and ``dvc.lock`` are its own, so running one
+set never prunes or overwrites another's; the checkout's ``params.yaml`` stays the default's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from focalcse.config import ConfigError, Params, load_params
 
 HEADER = "# composed parameter set"
 SETS_DIR = "params"
+WORK_DIR = "sets"  # sets/<name>/: a set's params.yaml, dvc.yaml, dvc.lock and outputs
 EXTENDS = "extends"  # an overlay's top-level key naming the set it is merged over
 
 
@@ -140,21 +143,27 @@ def render(name: str, raw: dict[str, Any], links: list[str] | None = None) -> st
     merged = ", then ".join(f"{SETS_DIR}/{link}.yaml" for link in (links or [name]))
     header = (
         f"{HEADER}: params.yaml with {merged} merged in (`focalcse params use {name}`,\n"
-        f"# `make reproduce PARAMS={name}`). Edit {SETS_DIR}/{name}.yaml, not this file; `git checkout params.yaml`\n"
-        "# restores the default.\n"
+        f"# `make reproduce PARAMS={name}`). Edit {SETS_DIR}/{name}.yaml, not this file.\n"
     )
     return header + yaml.safe_dump(raw, sort_keys=False, width=110)
 
 
+def set_dir(root: str | Path, name: str) -> Path:
+    """The folder set ``name`` runs in: ``<root>/sets/<name>`` (the default runs in ``root``)."""
+    overlay_path(root, name)  # a known set, so the name is a plain file stem
+    return Path(root) / WORK_DIR / name
+
+
 def use(root: str | Path, name: str) -> str:
-    """Write set ``name`` over ``params.yaml`` (validated first; nothing is written when it fails).
-    Returns the line that says what changed and how to go back."""
+    """Write set ``name``, composed, as ``sets/<name>/params.yaml`` (validated first; nothing is
+    written when it fails). Returns the line that says what was written."""
     raw = compose_set(root, name)
     validate(raw, f"{SETS_DIR}/{name}.yaml over params.yaml")
     links = chain(root, name)
-    target = Path(root) / "params.yaml"
+    target = set_dir(root, name) / "params.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, render(name, raw, links))
     return (
-        f"params.yaml <- params.yaml + {' + '.join(f'{SETS_DIR}/{link}.yaml' for link in links)} (experiment {raw.get('tracking', {}).get('experiment')!r}); "
-        "`git checkout params.yaml` restores the default"
+        f"{target.relative_to(root).as_posix()} <- params.yaml + {' + '.join(f'{SETS_DIR}/{link}.yaml' for link in links)} "
+        f"(experiment {raw.get('tracking', {}).get('experiment')!r})"
     )

@@ -36,6 +36,8 @@ from typing import Any
 import yaml
 
 import focalcse
+from focalcse.atomic import atomic_write
+from focalcse.paramsets import WORK_DIR, set_dir, use
 from focalcse.stage_table import (
     ITEM_FRAMEWORK,
     REFERENCE_FRAMEWORK,
@@ -66,6 +68,14 @@ COMMENTS = {
 }
 OWN_FRAMEWORK_COMMENT = "its own framework only"
 CODE_COMMENT = "code: the import closure of the stage script, observers aside (`make dvc-yaml` writes it)"
+# A set's dvc.yaml lies two folders below the checkout (sets/<name>/dvc.yaml).
+SET_CODE_ROOT = "../../"
+SET_HEADER = (
+    "The parameter set {name!r} (params/{name}.yaml composed over params.yaml: ./params.yaml), run in",
+    "this folder (`make reproduce PARAMS={name}`, or `dvc repro` here): its outputs, its dvc.lock and its",
+    "report are its own, so it never prunes or overwrites another set's (`focalcse params use {name}`",
+    "writes this file and params.yaml).",
+)
 HEADER = (
     "Rendered by `make dvc-yaml` from the stage table (src/focalcse/stage_table.py): edit the table, not",
     "this file (tests/test_dvc_yaml.py fails while they differ). train/evaluate fan out over",
@@ -358,26 +368,37 @@ def _entries(
     return out
 
 
-def _code_entries(name: str, project: Project) -> list[Entry]:
+def _code_entries(name: str, project: Project, code_root: str = "") -> list[Entry]:
     st = stage(name)
     framework_lines = set(framework_template(project, st.own_framework)) if st.own_framework else set()
     return [
-        Entry(p, comment=COMMENTS.get(p) or (OWN_FRAMEWORK_COMMENT if p in framework_lines else ""))
+        Entry(
+            code_root + p, comment=COMMENTS.get(p) or (OWN_FRAMEWORK_COMMENT if p in framework_lines else "")
+        )
         for p in code_deps(name, project)
     ]
 
 
-def render_stage(st: Stage, project: Project) -> list[str]:
+def command(cmd: str, code_root: str = "") -> str:
+    """A table command run from a folder ``code_root`` below the checkout (``python stages/x.py`` ->
+    ``python ../../stages/x.py``): a set's ``dvc.yaml`` runs in its own folder (:data:`SET_CODE_ROOT`)."""
+    program, script, *rest = cmd.split(" ")
+    return " ".join([program, code_root + script, *rest])
+
+
+def render_stage(st: Stage, project: Project, code_root: str = "") -> list[str]:
     t = stage_template(st.name)
     out = [f"  # {c}" for c in st.above] + [f"  {st.name}:"]
     if st.matrix:
         out.append("    matrix:")
         out += [f"      {axis}: ${{{key}}}{_comment(c)}" for axis, key, c in st.matrix]
-    out.append(f"    cmd: {t.cmd}")
+    out.append(f"    cmd: {command(t.cmd, code_root)}")
     out += [f"    # {c}" for c in st.key_above.get("always_changed", ())]
     if st.always_changed:
         out.append("    always_changed: true")
-    out += _entries("deps", [*_code_entries(st.name, project), *t.deps], "    ", first=[CODE_COMMENT])
+    out += _entries(
+        "deps", [*_code_entries(st.name, project, code_root), *t.deps], "    ", first=[CODE_COMMENT]
+    )
     out += _entries("params", t.params, "    ")
     for key in ("outs", "plots", "metrics"):
         entries = getattr(t, key)
@@ -387,28 +408,33 @@ def render_stage(st: Stage, project: Project) -> list[str]:
     return out
 
 
-def render(project: Project | None = None) -> str:
-    """The whole of ``dvc.yaml``."""
+def render(project: Project | None = None, set_name: str = "") -> str:
+    """The whole of ``dvc.yaml``: the checkout's (the default set), or with ``set_name`` the one in
+    ``sets/<set_name>/`` (:func:`focalcse.paramsets.set_dir`), whose stages run in that folder (their
+    outputs, ``params.yaml`` and ``dvc.lock`` are the set's own) and reach the code two levels up."""
     project = project or Project()
-    out = [*(f"# {c}" for c in HEADER), "vars:", "  - params.yaml", "stages:"]
+    code_root = SET_CODE_ROOT if set_name else ""
+    header = HEADER if not set_name else (*HEADER, *SET_HEADER)
+    out = [*(f"# {c.format(name=set_name)}" for c in header), "vars:", "  - params.yaml", "stages:"]
     for i, st in enumerate(STAGES):
-        out += ([""] if i else []) + render_stage(st, project)
+        out += ([""] if i else []) + render_stage(st, project, code_root)
     out.append("")
     for e in TOP_PLOTS:
         out += [f"# {c}" for c in e.above]
     out += ["plots:", *(f"  - {e.path}" for e in TOP_PLOTS)]
     text = "\n".join(out) + "\n"
-    _check_structure(text, project)
+    _check_structure(text, project, code_root)
     return text
 
 
-def _check_structure(text: str, project: Project) -> None:
+def _check_structure(text: str, project: Project, code_root: str = "") -> None:
     """The text parses to the table's stages (a guard on the hand-written emitter above)."""
     parsed = yaml.safe_load(text)
     for st in STAGES:
         t, body = stage_template(st.name), parsed["stages"][st.name]
         dep_paths = [d for d in body["deps"]]
-        if body["cmd"] != t.cmd or dep_paths != [*code_deps(st.name, project), *(e.path for e in t.deps)]:
+        code = [code_root + p for p in code_deps(st.name, project)]
+        if body["cmd"] != command(t.cmd, code_root) or dep_paths != [*code, *(e.path for e in t.deps)]:
             raise AssertionError(f"dvc.yaml rendering of {st.name} does not parse back to the table")
         for key in ("outs", "plots", "metrics"):
             want = [{e.path: dict(e.options)} if e.options else e.path for e in getattr(t, key)]
@@ -418,24 +444,50 @@ def _check_structure(text: str, project: Project) -> None:
                 )
 
 
+def targets(root: Path) -> list[tuple[Path, str]]:
+    """Every ``dvc.yaml`` of the checkout at ``root`` with its set's name: the default's, then each
+    set folder's that ``focalcse params use`` has written (``sets/<name>/dvc.yaml``)."""
+    sets = sorted(p.parent.name for p in (root / WORK_DIR).glob("*/dvc.yaml"))
+    return [(root / "dvc.yaml", ""), *((set_dir(root, name) / "dvc.yaml", name) for name in sets)]
+
+
+def write_set(root: str | Path, name: str) -> str:
+    """``focalcse params use <name>``: the set's folder ``sets/<name>/`` gets its composed
+    ``params.yaml`` (:func:`focalcse.paramsets.use`) and its ``dvc.yaml``. Returns what was written."""
+    root = Path(root)
+    line = use(root, name)
+    path = set_dir(root, name) / "dvc.yaml"
+    # the code deps of the checkout's source, or (a folder holding only params) of the imported package's
+    source = root.resolve() if (root / "src" / "focalcse").is_dir() else ROOT
+    atomic_write(path, render(Project(source), name))
+    return f"{line}; {path.relative_to(root).as_posix()} rendered: run it there (`cd {path.parent.relative_to(root).as_posix()} && dvc repro`)"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="only compare (exit 1 if dvc.yaml is stale)")
+    ap.add_argument("--check", action="store_true", help="only compare (exit 1 if a dvc.yaml is stale)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout (default: the imported package's)")
-    ap.add_argument("--file", type=Path, help="the file to write or compare (default: <root>/dvc.yaml)")
+    ap.add_argument(
+        "--file",
+        type=Path,
+        help="the one file to write or compare (default: <root>/dvc.yaml and every set's)",
+    )
     args = ap.parse_args(argv)
-    path = args.file or args.root / "dvc.yaml"
-    new = render(Project(args.root.resolve()))
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if new == old:
-        print(f"{path}: current")
-        return 0
-    if args.check:
-        print(f"{path}: differs from the stage table's rendering; run `make dvc-yaml`", file=sys.stderr)
-        return 1
-    path.write_text(new, encoding="utf-8")
-    print(f"{path}: rendered")
-    return 0
+    root = args.root.resolve()
+    todo = [(args.file, "")] if args.file else targets(root)
+    stale = 0
+    for path, name in todo:
+        new = render(Project(root), name)
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if new == old:
+            print(f"{path}: current")
+        elif args.check:
+            print(f"{path}: differs from the stage table's rendering; run `make dvc-yaml`", file=sys.stderr)
+            stale += 1
+        else:
+            atomic_write(path, new)
+            print(f"{path}: rendered")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

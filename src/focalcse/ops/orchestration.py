@@ -198,7 +198,12 @@ def stage_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def dvc_graph(repo: str | os.PathLike) -> StageGraph:
     """The stage graph of the repository at ``repo``, as DVC resolves it (matrix items expanded)."""
     proc = subprocess.run(
-        [*dvc_command(), "dag", "--dot"], cwd=repo, env=stage_env(), capture_output=True, text=True
+        # the folder's own dvc.yaml: DVC would otherwise show every set's pipeline in the checkout
+        [*dvc_command(), "dag", "--dot", "dvc.yaml"],
+        cwd=repo,
+        env=stage_env(),
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"dvc dag failed in {repo} ({proc.returncode}): {proc.stderr.strip()}")
@@ -382,18 +387,20 @@ def check_stage(result: StageResult, tail_lines: int = 40) -> StageResult:
 
 
 # ---------------------------------------------------------------- parameter sets
-def select_param_set(repo: str | os.PathLike, name: str | None) -> str:
-    """Make ``params.yaml`` the parameter set ``name``; returns the set's name.
+def select_param_set(repo: str | os.PathLike, name: str | None) -> tuple[str, Path]:
+    """The parameter set ``name`` and the folder it runs in: ``(name, folder)``.
 
-    ``None``/``""`` or the current ``params.yaml``'s ``tracking.experiment`` keeps ``params.yaml``;
-    otherwise the default params.yaml with the overlay ``params/<name>.yaml`` merged in is written
-    over it (:func:`focalcse.paramsets.use`: validated first, headed by a comment naming the set;
-    ``git checkout params.yaml`` restores the default). Either way the set is validated here, before
-    any ``dvc`` command reads ``dvc.yaml``: DVC refuses some bad sweep values (a backbone named like
-    a path) with its own, misleading advice.
+    ``None``/``""`` or the checkout's ``params.yaml``'s ``tracking.experiment`` is the default set,
+    run in ``repo`` itself; any other name is ``params/<name>.yaml`` composed over ``params.yaml`` and
+    run in its own folder ``sets/<name>/`` (:func:`focalcse.ops.dvc_yaml.write_set` writes its
+    ``params.yaml`` and ``dvc.yaml`` there, validated first), so it never touches the default's or
+    another set's outputs. Either way the set is validated here, before any ``dvc`` command reads a
+    ``dvc.yaml``: DVC refuses some bad sweep values (a backbone named like a path) with its own,
+    misleading advice.
     """
     from focalcse.config import ConfigError, load_params
-    from focalcse.paramsets import use
+    from focalcse.ops.dvc_yaml import write_set
+    from focalcse.paramsets import set_dir
 
     root = Path(repo)
     current = yaml.safe_load((root / "params.yaml").read_text()) or {}
@@ -403,12 +410,12 @@ def select_param_set(repo: str | os.PathLike, name: str | None) -> str:
             load_params(root / "params.yaml")
         except ConfigError as err:
             raise ValueError(str(err)) from err
-        return current_name
+        return current_name, root
     try:
-        print(use(root, name))
+        print(write_set(root, name))
     except ConfigError as err:
-        raise ValueError(f"{err} (params.yaml is {current_name!r})") from err
-    return name
+        raise ValueError(str(err)) from err
+    return name, set_dir(root, name)
 
 
 def exp_run_args(sets: dict[str, Any], name: str | None = None) -> list[str]:

@@ -197,13 +197,22 @@ def restore_upstream(
     ancestors = graph.ancestors(stage)
     order = [s for s in graph.stages if s in ancestors]
     done: dict[str, str] = {}
-    with _file_lock(Path(repo) / ".dvc" / "tmp" / "focalcse-upstream.lock"):
+    with _file_lock(dvc_dir(repo) / "tmp" / "focalcse-upstream.lock"):
         stale = stale_stages(repo, order, env)
         for name in order:
             if name in stale or graph.upstream.get(name, set()) & set(done):
                 result = check_stage(run_dvc_stage(repo, name, on_line=on_line, env=env, pull=True))
                 done[name] = result.action
     return done
+
+
+def dvc_dir(folder: str | os.PathLike) -> Path:
+    """The ``.dvc`` folder of the checkout holding ``folder`` (the checkout, or a set's folder in it)."""
+    here = Path(folder).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / ".dvc").is_dir():
+            return candidate / ".dvc"
+    raise CheckoutError(f"{folder}: not inside a DVC repository (no .dvc folder at or above it)")
 
 
 def set_remote(repo: str | os.PathLike, url: str, name: str = "pool") -> None:

@@ -80,6 +80,9 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         usable=lambda pairs: list(pairs) == wanted,  # a record of other tasks: read what eval.tasks asks
     )
     removed = prune_stale(params, layout)
+    # The report depends on the ablation folder, which a set with no ablation points never writes;
+    # git keeps no empty folder, so make it here (a fresh set folder, a clone of one).
+    layout.ablation_dir.mkdir(parents=True, exist_ok=True)
     parsed = []
     for name, path, fp, recorded in (
         ("corpus", layout.corpus_sources_file, corpus_fp, corpus_recorded),

@@ -28,6 +28,7 @@ SKIP = {
     "models",
     "metrics",
     "reports",
+    "sets",  # each parameter set's own folder (its outputs and dvc.lock)
     "mlflow.db",
     "mlartifacts",
 }

@@ -52,7 +52,6 @@ from focalcse.ops.tracking.store import (
     flatten,
     folder_fingerprint,
     redact,
-    repo_root,
     tracking_uri,
 )
 
@@ -405,7 +404,8 @@ def train_run(
     ``work_dir``: the item's checkpoint folder (``.seed<k>.work`` beside the model). The run id is
     kept there, so a resumed item continues the same run; an earlier run of the item left RUNNING by
     a process of this machine that is gone and that nothing resumes gets its queued records, then
-    ends KILLED. ``framework``: default the sweep's reference (its first). ``layout`` (default: the repo root's) names the data logged as the run's dataset
+    ends KILLED. ``framework``: default the sweep's reference (its first). ``layout`` (default: the working directory's, where DVC runs the stage: the checkout or a set's
+    folder) names the data logged as the run's dataset
     inputs (:func:`input_datasets`).
 
     Example::
@@ -488,7 +488,7 @@ class _Item:
         }
 
     def datasets(self) -> list[dict[str, Any]]:
-        return input_datasets(self.layout or Layout.at(repo_root()))
+        return input_datasets(self.layout or Layout())  # cwd: where DVC runs the stage (a set's own folder)
 
 
 def _open_train_run(item: _Item) -> TrainRun:

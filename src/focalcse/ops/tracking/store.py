@@ -38,13 +38,15 @@ def enabled() -> bool:
 
 def repo_root(start: str | os.PathLike | None = None) -> Path:
     """``DVC_ROOT`` if set (DVC sets it for stage commands), else the nearest folder at or above
-    ``start`` (default: cwd) holding ``.dvc`` or ``dvc.yaml``, else ``start``."""
+    ``start`` (default: cwd) holding ``.dvc``, else one holding ``dvc.yaml``, else ``start``: a set's
+    folder (``sets/<name>/``, with a ``dvc.yaml`` of its own) shares its checkout's store."""
     if os.environ.get("DVC_ROOT"):
         return Path(os.environ["DVC_ROOT"]).resolve()
     here = Path(start or os.getcwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / ".dvc").is_dir() or (folder / "dvc.yaml").is_file():
-            return folder
+    for marker in (".dvc", "dvc.yaml"):
+        for folder in (here, *here.parents):
+            if (folder / marker).exists():
+                return folder
     return here
 
 
