@@ -1,6 +1,11 @@
-"""The extending guide is true: two of its recipes (docs/extending.md: a new STS task, a new output)
-applied to a temporary copy of the repository, touching exactly the files each recipe names, and the
-tiny pipeline run on it.
+"""The extending guide is true: three of its recipes (docs/extending.md: a new STS task, a new output,
+a new framework) applied to a temporary copy of the repository, touching exactly the files each recipe
+names, and the tiny pipeline run on it.
+
+* Framework: a package ``src/focalcse/core/frameworks/toyfw/`` (its SPEC, step and training setup),
+  its settings ``src/focalcse/core/frameworks/settings/toyfw.py`` (with its report notes) and a
+  parameter set ``params/toyfw.yaml`` that adds it to the sweep; the set runs in its own folder
+  (``sets/toyfw/``), trains and evaluates the toy's items, and its report shows them with the toy's notes.
 
 * Task: one ``Task`` in ``src/focalcse/data/tasks.py`` (STS-B dev read as a task of its own: its files
   are in the mirror) and ``eval.tasks`` in the parameter set.
@@ -138,3 +143,112 @@ def test_task_and_output_recipes_on_a_copy(tmp_path: Path, data_mirror: Path, ti
     assert " Avg. |" in report and "of the paper's 7)" not in report  # the average is still the paper's 7
     run(["dvc", "repro"], repo, env, timeout=600)  # the check stage runs again: nothing pruned
     assert (repo / "metrics/tasks.json").is_file()
+
+
+TOY_PACKAGE = '''"""Toy framework (the extending guide's proof): the second view of a sentence is its tokens in
+reverse order, [CLS] and [SEP] kept in place; the registry's loss between the two views."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from focalcse.core.encode import pad_batch
+from focalcse.core.model import SentenceEncoder
+
+SPEC = {
+    "name": "toyfw",
+    "label": "Toy framework",
+    "settings": "focalcse.core.frameworks.settings.toyfw:ToySettings",
+    "refuses": ["ddp", "gradcache"],
+}
+
+
+class ToyStep:
+    name = SPEC["name"]
+
+    def __init__(self, pad_id: int, reverse: bool) -> None:
+        self.pad_id, self.reverse = pad_id, reverse
+        self.settings = {"reverse": reverse}
+
+    def attach(self, encoder: Any) -> None:
+        return None
+
+    def loss(self, encoder: Any, loss_fn: Any, rows: list[list[int]], device: Any) -> tuple[Any, dict]:
+        second = [[r[0], *r[-2:0:-1], r[-1]] if self.reverse else r for r in rows]
+        ids1, mask1 = pad_batch(rows, self.pad_id)
+        ids2, mask2 = pad_batch(second, self.pad_id)
+        z1 = encoder(input_ids=ids1.to(device), attention_mask=mask1.to(device))
+        z2 = encoder(input_ids=ids2.to(device), attention_mask=mask2.to(device))
+        return loss_fn(z1.float(), z2.float()), {}
+
+
+def training_setup(
+    source: str, cfg: Any, settings: Any = None, prepared_dir: str | os.PathLike | None = None
+) -> tuple[SentenceEncoder, ToyStep, int]:
+    encoder = SentenceEncoder.for_training(source, cfg)
+    return encoder, ToyStep(encoder.tokenizer.pad_token_id or 0, settings.reverse), cfg.max_seq_len
+'''
+
+TOY_SETTINGS = '''"""The toy framework's settings (``frameworks.toyfw``), torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from focalcse.core.settings import _check_train_layers
+
+
+@dataclass(frozen=True)
+class ToySettings:
+    reverse: bool = True  # the second view: the sentence's tokens in reverse order
+    train: dict[str, Any] = field(default_factory=dict)
+    backbones: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_train_layers("frameworks.toyfw", self.train, self.backbones)
+
+    def report_notes(self) -> list[str]:
+        order = "reversed" if self.reverse else "unchanged"
+        return [f"Toy framework: the second view is the sentence with its tokens {order} (toy note)."]
+'''
+
+
+def apply_framework_recipe(repo: Path) -> None:
+    package = repo / "src/focalcse/core/frameworks/toyfw"
+    package.mkdir()
+    (package / "__init__.py").write_text(TOY_PACKAGE, encoding="utf-8")
+    (repo / "src/focalcse/core/frameworks/settings/toyfw.py").write_text(TOY_SETTINGS, encoding="utf-8")
+    toy_set = {
+        "sweep": {"frameworks": ["simcse", "toyfw"], "seeds": [1]},
+        "ablation": {"temperatures": [], "ms": []},
+        "tracking": {"experiment": "toyfw"},
+    }
+    (repo / "params" / "toyfw.yaml").write_text(yaml.safe_dump(toy_set), encoding="utf-8")
+
+
+def test_framework_recipe_on_a_copy(tmp_path: Path, data_mirror: Path, tiny_backbone: Path) -> None:
+    repo = make_tiny_project(tmp_path / "repo", data_mirror, tiny_backbone)
+    env = project_env(repo, PYTHONPATH=str(repo / "src"))  # the stages import the copy's edited code
+    default_params = (repo / "params.yaml").read_bytes()
+    apply_framework_recipe(repo)
+    # exactly the files the recipe names (docs/extending.md), nothing else
+    assert changed_files(repo) == {
+        "src/focalcse/core/frameworks/toyfw/",
+        "src/focalcse/core/frameworks/settings/toyfw.py",
+        "params/toyfw.yaml",
+    }
+    run([sys.executable, "-m", "focalcse.cli", "params", "use", "toyfw"], repo, env)
+    here = repo / "sets" / "toyfw"
+    run(["dvc", "repro"], here, env, timeout=1500)
+    for loss in ("infonce", "focal_infonce"):
+        item = json.loads((here / f"metrics/eval/toyfw-tiny-{loss}-seed1.json").read_text())
+        assert np.isfinite(item["avg"]) and (here / f"models/toyfw/tiny/{loss}/seed1").is_dir()
+    report = (here / "reports/report.md").read_text()
+    assert "## Frameworks besides SimCSE: Toy framework" in report
+    assert "the second view is the sentence with its tokens reversed (toy note)" in report
+    assert "Toy framework + Focal-InfoNCE" in report  # its rows in Table 3
+    # the set ran apart: the checkout's own params and outputs are untouched
+    assert (repo / "params.yaml").read_bytes() == default_params
+    assert not any((repo / d).exists() for d in ("metrics", "models", "reports"))

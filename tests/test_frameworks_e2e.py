@@ -138,3 +138,34 @@ def test_a_diffcse_change_reruns_only_diffcse_items(fw_project, tmp_path) -> Non
     print("changed after the DiffCSE edit:", ", ".join(sorted(changed)))  # shown with pytest -s
     assert changed and all("@diffcse-" in s for s in changed), changed
     assert {"pretrain_generator@diffcse-tiny", "train@diffcse-tiny-infonce-1"} <= changed
+
+
+EDIT_PROBES = {
+    # an edit to one framework's module marks only that framework's items
+    "promptbert": "src/focalcse/core/frameworks/promptbert/step.py",
+    # an edit to the training loop marks no evaluate item (an evaluate item's deps hold no training code)
+    "training": "src/focalcse/core/training.py",
+    # an edit to the report marks the report only
+    "report": "src/focalcse/report/tables.py",
+}
+
+
+@pytest.mark.parametrize("probe", sorted(EDIT_PROBES))
+def test_edit_cost_probes(fw_project, tmp_path, probe: str) -> None:
+    """Edit one module (a comment appended), ``dvc status``, and see which items it marks changed."""
+    project = Path(shutil.copytree(fw_project[0], tmp_path / "repo", symlinks=True))
+    env = project_env(project)
+    assert changed_stages(run(["dvc", "status"], project, env).stdout) <= {"check"}  # clean before
+    module = project / EDIT_PROBES[probe]
+    module.write_text(module.read_text() + "\n# an edit-cost probe\n")
+    changed = changed_stages(run(["dvc", "status"], project, env).stdout) - {"check"}
+    print(f"changed after an edit to {EDIT_PROBES[probe]}:", ", ".join(sorted(changed)))  # pytest -s
+    assert changed, "an edit to a dep must mark something changed"
+    if probe == "promptbert":
+        assert all("@promptbert-" in s for s in changed), changed
+        assert {"train@promptbert-tiny-infonce-1", "evaluate@promptbert-tiny-infonce-1"} <= changed
+    elif probe == "training":
+        assert not any(s.startswith("evaluate@") for s in changed), changed
+        assert {"train@simcse-tiny-infonce-1", "train@diffcse-tiny-infonce-1"} <= changed
+    else:
+        assert changed == {"report"}, changed

@@ -133,7 +133,7 @@ def _training_setup(
         f"{n / REFERENCE_SENTENCES:.2%} of the reference's training data.",
     )
     length = _grouped(items, lambda c: f"{c.epochs} epoch(s), max_steps {c.max_steps}")
-    simcse = "SimCSE items: " if params.sweep.others else ""
+    simcse = f"{framework_label(params.sweep.reference)} items: " if params.sweep.others else ""
     check(
         all(c.epochs == 1 and c.max_steps == 0 for *_, c in items),
         f"{simcse}one epoch over the sample",

@@ -361,7 +361,7 @@ def frameworks(ctx: Context) -> None:
     if not ctx.params.sweep.others:
         return
     names = _and([framework_label(f) for f in ctx.params.sweep.others])
-    ctx.doc.h2(f"Frameworks besides SimCSE: {names}")
+    ctx.doc.h2(f"Frameworks besides {framework_label(ctx.params.sweep.reference)}: {names}")
     ctx.doc.bullets(framework_notes(ctx.params))
 
 
