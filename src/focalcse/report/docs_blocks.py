@@ -6,7 +6,9 @@ Each function returns Markdown for one generated block of a document (cogapp mar
 
 * ``"default"``: the checkout's own outputs, every path from :class:`focalcse.layout.Layout`
   (``metrics/significance.json``, ``metrics/summary.json``, the per-item files, ``reports/provenance.json``);
-* any other folder (``"docs/cpu-long"``, ...): a committed copy of a run's ``significance.json``,
+* a set's own folder (``"sets/cpu-long"``, where ``make reproduce PARAMS=cpu-long`` runs): the same
+  paths under it;
+* any other folder (``"docs/frameworks-run"``, ...): a committed copy of a run's ``significance.json``,
   ``summary.json``, ``report.md`` and ``provenance.json``.
 
 A sentence that compares two sets states its test: Welch's t over the per-seed paired differences
@@ -44,7 +46,7 @@ GEOMETRY = ("alignment", "uniformity")
 # ---------------------------------------------------------------- the result sets
 @dataclass(frozen=True)
 class ResultSet:
-    """One committed set's files; ``layout`` only for the checkout's own outputs (``default``)."""
+    """One committed set's files; ``layout`` for a full output tree (``default``, a set's folder)."""
 
     name: str
     significance_file: Path
@@ -54,7 +56,9 @@ class ResultSet:
 
 
 def result_set(name: str, root: str | Path | None = None) -> ResultSet:
-    """The files of set ``name`` (``default`` or a folder) under ``root`` (default: the working directory)."""
+    """The files of set ``name`` under ``root`` (default: the working directory): ``default`` (the
+    checkout's own), a set's folder (``sets/<name>``, laid out as the checkout), or a folder holding a
+    set's summary files (``significance.json``, ``summary.json``, ``provenance.json``)."""
     base = Path.cwd() if root is None else Path(root)
     if name == DEFAULT:
         lay = Layout.at(base)
@@ -62,6 +66,11 @@ def result_set(name: str, root: str | Path | None = None) -> ResultSet:
             name, lay.significance_file, lay.summary_file, lay.reports_dir / PROVENANCE_FILE, lay
         )
     folder = base / name
+    if (folder / "dvc.yaml").is_file():  # a set's own folder (sets/<name>/): laid out as the checkout
+        lay = Layout.at(folder)
+        return ResultSet(
+            name, lay.significance_file, lay.summary_file, lay.reports_dir / PROVENANCE_FILE, lay
+        )
     if not (folder / "significance.json").is_file():
         raise FileNotFoundError(f"result set {name!r}: {folder / 'significance.json'} not found")
     return ResultSet(name, folder / "significance.json", folder / "summary.json", folder / PROVENANCE_FILE)

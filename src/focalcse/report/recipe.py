@@ -133,16 +133,16 @@ def _training_setup(
         f"{n / REFERENCE_SENTENCES:.2%} of the reference's training data.",
     )
     length = _grouped(items, lambda c: f"{c.epochs} epoch(s), max_steps {c.max_steps}")
-    simcse = f"{framework_label(params.sweep.reference)} items: " if params.sweep.others else ""
+    reference_items = f"{framework_label(params.sweep.reference)} items: " if params.sweep.others else ""
     check(
         all(c.epochs == 1 and c.max_steps == 0 for *_, c in items),
-        f"{simcse}one epoch over the sample",
-        f"{simcse}training length: {length} (reference: one epoch, no step limit).",
+        f"{reference_items}one epoch over the sample",
+        f"{reference_items}training length: {length} (reference: one epoch, no step limit).",
     )
     check(
         all(c.eval_steps == REFERENCE_EVAL_STEPS for *_, c in items),
-        f"{simcse}STS-B dev every {REFERENCE_EVAL_STEPS} steps, best checkpoint kept",
-        f"{simcse}STS-B dev every {_grouped(items, lambda c: c.eval_steps)} steps (reference {REFERENCE_EVAL_STEPS}); "
+        f"{reference_items}STS-B dev every {REFERENCE_EVAL_STEPS} steps, best checkpoint kept",
+        f"{reference_items}STS-B dev every {_grouped(items, lambda c: c.eval_steps)} steps (reference {REFERENCE_EVAL_STEPS}); "
         "the best checkpoint is kept, as in the reference.",
     )
     batch_lr = []
@@ -152,14 +152,14 @@ def _training_setup(
         if (cfg.batch_size, cfg.lr) != (ref_b, ref_lr):
             whose = f"{key}'s" if key else f"{RECIPE_OF_OTHERS}'s, the nearest paper backbone"
             batch_lr.append(
-                f"{simcse}`{b}` {loss_label(loss)}: batch {cfg.batch_size}, lr {cfg.lr:g} "
+                f"{reference_items}`{b}` {loss_label(loss)}: batch {cfg.batch_size}, lr {cfg.lr:g} "
                 f"(reference {whose}: batch {ref_b}, lr {ref_lr:g})."
             )
     differs += batch_lr
     if not batch_lr:
         others = [b for b in params.sweep.backbones if _paper_key(params, b, PAPER_BATCH_LR) is None]
         matches.append(
-            f"{simcse}batch size and learning rate of the paper's recipe per backbone"
+            f"{reference_items}batch size and learning rate of the paper's recipe per backbone"
             + (f" ({RECIPE_OF_OTHERS}'s for {', '.join(f'`{b}`' for b in others)})" if others else "")
         )
 
