@@ -222,6 +222,7 @@ def apply_framework_recipe(repo: Path) -> None:
     (repo / "src/focalcse/core/frameworks/settings/toyfw.py").write_text(TOY_SETTINGS, encoding="utf-8")
     toy_set = {
         "sweep": {"frameworks": ["simcse", "toyfw"], "seeds": [1]},
+        "frameworks": {"toyfw": {"reverse": True}},  # its settings: DVC tracks them as its items' params
         "ablation": {"temperatures": [], "ms": []},
         "tracking": {"experiment": "toyfw"},
     }
