@@ -1,10 +1,12 @@
 """Fault probes: the pipeline against dead servers, killed stages, corrupt checkpoints and bad inputs.
 
-Two probes, one command each (docs/reliability.md shows what they measured)::
+Three probes, one command each (docs/reliability.md and docs/results.md show what they measured)::
 
     FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/probe.py faults \\
         --steps 48 --every 16 --out-json fault_measure.json
     FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/probe.py inputs --out-json probes.json
+    FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python scripts/probe.py determinism \\
+        --runs 5 --out-json docs/determinism.json
 
 ``faults`` works in a throw-away copy of the working tree; ``inputs`` works in the current directory,
 a checkout whose pipeline has run (``dvc repro`` finished), and restores every change it makes. Each
@@ -58,6 +60,13 @@ under ``models/``, ``metrics/``, ``data/`` and ``reports/`` are the same after a
 
 Checks: every probe stops in ``check`` with one ``error:`` line and no traceback, the second of two
 concurrent runs is refused, and no output changes.
+
+**determinism**: in the current directory (a checkout or set folder whose ``sample`` and
+``prepare_sts`` have run), ``dvc repro --force -s ITEM`` ``--runs`` times one after another (default
+the first train item of the sweep; ``--item`` names another). Per run: the wall time, the model
+folder's md5 as ``dvc.lock`` records it, and the final loss of the item's train metrics; beside them
+the md5 the committed ``dvc.lock`` (git HEAD) holds for the item, the commit, the CPU and its matmul
+flags. Check: every run gives the same md5 (and, where the item is committed, the committed one).
 """
 
 from __future__ import annotations
@@ -873,6 +882,83 @@ def inputs(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+# ---------------------------------------------------------------- determinism
+def _lock_outs(lock_text: str, item: str) -> list[dict[str, Any]]:
+    stage = (yaml.safe_load(lock_text) or {}).get("stages", {}).get(item)
+    return list(stage.get("outs") or []) if stage else []
+
+
+def _model_md5(outs: list[dict[str, Any]]) -> str | None:
+    return next((o["md5"] for o in outs if o["path"].startswith("models/")), None)
+
+
+def _committed_lock(root: Path) -> str | None:
+    """The git HEAD version of ``root``'s dvc.lock (None outside git or when not committed)."""
+    proc = subprocess.run(["git", "show", "HEAD:./dvc.lock"], cwd=root, capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def first_train_item(root: Path) -> str:
+    """The sweep's first train item of ``root``'s params.yaml (its first framework, backbone, loss, seed)."""
+    sweep = yaml.safe_load((root / "params.yaml").read_text())["sweep"]
+    framework = (sweep.get("frameworks") or [default_framework()])[0]
+    return stage_name("train", sweep["backbones"][0], sweep["losses"][0], sweep["seeds"][0], framework)
+
+
+def determinism(args: argparse.Namespace) -> int:
+    """Train one item ``--runs`` times from scratch; 0 when every run gives the same model folder."""
+    from focalcse.provenance import cpu_info, git_commit
+
+    root = Path.cwd()
+    if not (root / "dvc.yaml").is_file() or not (root / "dvc.lock").is_file():
+        fail(f"{root}: no dvc.yaml / dvc.lock; run the determinism probe where the pipeline has run")
+    if args.runs < 2:
+        fail(f"--runs {args.runs}: expected at least 2 (one run cannot disagree with itself)")
+    item = args.item or first_train_item(root)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    committed = _committed_lock(root)
+    committed_md5 = _model_md5(_lock_outs(committed, item)) if committed else None
+    cmd = ["dvc", "repro", "--force", "-s", item]
+    runs = []
+    for n in range(1, args.runs + 1):
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            fail(f"run {n}: `{' '.join(cmd)}` exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+        outs = _lock_outs((root / "dvc.lock").read_text(), item)
+        metrics = next(o["path"] for o in outs if o["path"].startswith("metrics/train/") and ".meta." not in o["path"])
+        final_loss = json.loads((root / metrics).read_text())["final_loss"]
+        runs.append({"run": n, "wall_s": round(wall), "model_md5": _model_md5(outs), "final_loss": final_loss})
+        print(f"run {n}/{args.runs}: {runs[-1]['model_md5']}  final loss {final_loss!r}  {wall:.0f} s", flush=True)
+    cpu = cpu_info()
+    md5s = {r["model_md5"] for r in runs}
+    same = len(md5s) == 1
+    matches = committed_md5 is None or md5s == {committed_md5}
+    record = {
+        "item": item,
+        "command": " ".join(cmd),
+        "commit": (lambda c: c[:7] + ("-dirty" if c.endswith("-dirty") else ""))(git_commit(root)),
+        "cpu": cpu["cpu_model"],
+        "cpu_model": cpu["cpu_model"],
+        "matmul_flags": cpu["cpu_flags"],
+        "cores": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "setup": args.setup,
+        "model_md5": "DVC's .dir md5 of the item's model folder from dvc.lock after each run",
+        "committed_md5": committed_md5,
+        "runs": runs,
+        "ok": same and matches,
+    }
+    print(
+        f"{item}: {args.runs} runs, {len(md5s)} distinct model md5(s)"
+        + (f"; committed {committed_md5}: {'the same' if matches else 'DIFFERENT'}" if committed_md5 else "")
+    )
+    if args.out_json:
+        args.out_json.write_text(json.dumps(record, indent=2) + "\n")
+    return 0 if record["ok"] else 1
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="probe", required=True)
@@ -896,14 +982,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="train this HF folder as backbone 'tiny' (a quick check)",
     )
     i = sub.add_parser("inputs", help="bad inputs against dvc repro of the checkout in the current directory")
-    for p in (f, i):
+    d = sub.add_parser("determinism", help="one train item trained --runs times from scratch, md5 by md5")
+    d.add_argument("--runs", type=int, default=5, help="how many times (default 5)")
+    d.add_argument("--item", default=None, help="the train item (default: the sweep's first)")
+    d.add_argument(
+        "--setup", default="", help="how the checkout was prepared (recorded with the runs)"
+    )
+    for p in (f, i, d):
         p.add_argument("--out-json", type=Path, default=None, help="write every figure here")
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return faults(args) if args.probe == "faults" else inputs(args)
+    return {"faults": faults, "inputs": inputs, "determinism": determinism}[args.probe](args)
 
 
 if __name__ == "__main__":

@@ -78,3 +78,32 @@ def test_inputs_on_the_tiny_project_stop_in_check_and_change_nothing(
         else:
             assert r["stages_run"] == ["check"] and len(r["errors"]) == 1 and not r["traceback"], r
     assert "batch_size" in results["batch_size -1"]["errors"][0]
+
+
+def test_determinism_refuses_one_run_and_a_folder_without_a_pipeline(monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="no dvc.yaml"):
+        probe.main(["determinism"])
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
+    with pytest.raises(SystemExit, match=r"--runs 1: expected at least 2"):
+        probe.main(["determinism", "--runs", "1"])
+
+
+@pytest.mark.slow  # two tiny trainings through `dvc repro --force -s`
+def test_determinism_on_the_tiny_project_gives_one_md5_the_committed_one(
+    tmp_path, data_mirror, tiny_repro
+) -> None:
+    project = Path(shutil.copytree(tiny_repro, tmp_path / "repo", symlinks=True))
+    out = tmp_path / "determinism.json"
+    env = {**project_env(project), "FOCALCSE_DATA_MIRROR": str(data_mirror)}
+    run(["git", "add", "-A"], project, env)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "outputs"], project, env)
+    cmd = [sys.executable, str(SCRIPT), "determinism", "--runs", "2", "--out-json", str(out)]
+    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    rec = json.loads(out.read_text())
+    assert rec["item"] == probe.first_train_item(project) and rec["item"].startswith("train@simcse-tiny-")
+    assert len(rec["runs"]) == 2 and rec["ok"]
+    assert {r["model_md5"] for r in rec["runs"]} == {rec["committed_md5"]}
+    assert isinstance(rec["runs"][0]["final_loss"], float)

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.config import Params, load_params
-from focalcse.core.frameworks import default_framework
-from focalcse.layout import Layout
+from focalcse.core.frameworks import all_frameworks, default_framework
+from focalcse.layout import Layout, is_companion
 from focalcse.report.data import ReportData, load_report_data
 from focalcse.report.labels import column_label, framework_label, loss_label
 from focalcse.report.prose import band_line, band_sentence, last_step_note
@@ -39,6 +39,8 @@ from focalcse.report.tables import ablation_table, seed_band, table3
 # first framework: the registry's default, the paper's own)
 REFERENCE = default_framework()
 DEFAULT = "default"
+# every committed result set, as README's and docs/results.md's "what was measured where" list them
+COMMITTED_SETS = ("default", "sets/cpu-long", "docs/frameworks-run", "docs/hcl-run")
 STS_KEYS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
 GEOMETRY = ("alignment", "uniformity")
 
@@ -100,14 +102,12 @@ def _entry(sig: dict[str, Any], backbone: str | None) -> tuple[str, dict[str, An
     return b, backbones[b]
 
 
-def _default_params() -> Params:
-    return load_params(Path.cwd() / "params.yaml")
-
-
-def _default_data() -> tuple[Params, ReportData]:
-    rs = result_set(DEFAULT)
-    assert rs.layout is not None
-    params = _default_params()
+def _default_data(name: str = DEFAULT) -> tuple[Params, ReportData]:
+    """The params and report data of ``name``: the checkout's own or a set folder's."""
+    rs = result_set(name)
+    if rs.layout is None:
+        raise FileNotFoundError(f"result set {name!r}: a committed copy holds no per-item files")
+    params = load_params(rs.layout.root / "params.yaml")
     return params, load_report_data(params, rs.layout)
 
 
@@ -387,9 +387,9 @@ def _and_steps(steps: set[int]) -> str:
     return "/".join(str(s) for s in sorted(steps))
 
 
-def last_step_sentence() -> str:
-    """Whether the checkout's own runs picked their last STS-B dev checkpoint (the report's sentence)."""
-    params, data = _default_data()
+def last_step_sentence(name: str = DEFAULT) -> str:
+    """Whether set ``name``'s runs picked their last STS-B dev checkpoint (the report's sentence)."""
+    params, data = _default_data(name)
     return last_step_note(params, data, params.sweep.backbones[0]) or "No run recorded its best step."
 
 
@@ -407,6 +407,69 @@ def provenance(name: str) -> str:
 def provenance_field(name: str, key: str) -> Any:
     """One field of set ``name``'s provenance record (None when unrecorded)."""
     return _read(result_set(name).provenance_file).get(key)
+
+
+CODE_STAGES = ("train", "evaluate")  # the stages whose code decides a model's bytes and its scores
+CODE_ROOTS = ("src/", "stages/")
+
+
+def code_md5s(name: str, stages: Sequence[str] = CODE_STAGES) -> dict[str, str] | None:
+    """Every code file the ``stages`` items of set ``name`` depend on, with the md5 its ``dvc.lock``
+    records (paths as from the repository root: a set folder's ``../../src/...`` is ``src/...``);
+    ``None`` for a set without a ``dvc.lock`` (a committed copy)."""
+    import yaml
+
+    rs = result_set(name)
+    if rs.layout is None or not (rs.layout.root / "dvc.lock").is_file():
+        return None
+    lock = yaml.safe_load((rs.layout.root / "dvc.lock").read_text(encoding="utf-8")) or {}
+    md5s: dict[str, str] = {}
+    for stage, entry in (lock.get("stages") or {}).items():
+        if stage.split("@", 1)[0] not in stages:
+            continue
+        for dep in entry.get("deps") or []:
+            path = dep["path"]
+            while path.startswith("../"):
+                path = path[3:]
+            if path.startswith(CODE_ROOTS):
+                seen = md5s.setdefault(path, dep["md5"])
+                if seen != dep["md5"]:  # one file at two contents within a set: items of two code versions
+                    md5s[path] = "mixed"
+    return md5s
+
+
+def code_sentence(a: str, b: str, stages: Sequence[str] = CODE_STAGES) -> str:
+    """Did sets ``a`` and ``b`` train and evaluate with the same code on the same CPU kind? The code
+    files their ``train``/``evaluate`` items depend on, md5 by md5 from the two ``dvc.lock`` files, and
+    each set's CPU from its provenance record."""
+    ca, cb = code_md5s(a, stages), code_md5s(b, stages)
+    ra, rb = _read(result_set(a).provenance_file), _read(result_set(b).provenance_file)
+    commits = f"`{a}` at `{str(ra.get('commit'))[:7]}`, `{b}` at `{str(rb.get('commit'))[:7]}`"
+    what = " and ".join(stages)
+    if ca is None or cb is None:
+        code = f"whether their {what} code was the same is not recorded ({commits}; a copy has no dvc.lock)"
+    else:
+        shared = sorted(set(ca) & set(cb))
+        differ = [p for p in shared if ca[p] != cb[p] or ca[p] == "mixed"]
+        only = sorted(set(ca) ^ set(cb))
+        if not differ and not only:
+            code = (
+                f"their {what} items ran the same code: all {len(shared)} code files they depend on have "
+                f"the same md5 in both dvc.lock files ({commits})"
+            )
+        else:
+            listed = ", ".join(f"`{p}`" for p in (differ + only)[:3])
+            code = (
+                f"their {what} items ran different code: {len(differ)} of {len(shared)} shared code files "
+                f"differ and {len(only)} are in one set only (e.g. {listed}; {commits})"
+            )
+    cpu_a, cpu_b = ra.get("cpu_model"), rb.get("cpu_model")
+    same_kind = cpu_a and cpu_a == cpu_b and ra.get("cpu_flags") == rb.get("cpu_flags")
+    if same_kind:
+        cpu = f"on the same CPU kind ({cpu_a}, the same flags)"
+    else:
+        cpu = f"CPU {cpu_a or 'not recorded'} against {cpu_b or 'not recorded'}"
+    return f"`{a}` and `{b}`: {code}; {cpu}."
 
 
 def sets_table(names: Sequence[str]) -> str:
@@ -430,6 +493,59 @@ def sets_table(names: Sequence[str]) -> str:
     return _md(["results", "commit", "parameter set", "CPU", "command", "wall time"], rows)
 
 
+def _span(values: Sequence[float], spec: str) -> str:
+    lo, hi = min(values), max(values)
+    return format(lo, spec) if format(lo, spec) == format(hi, spec) else f"{lo:{spec}}–{hi:{spec}}"
+
+
+def timing_table(names: Sequence[str]) -> str:
+    """Where each set's time went, per framework: the set's wall time (its provenance), and per item
+    the training seconds, sentences per second and peak memory (``metrics/train/*.json``) and the
+    evaluation seconds (``metrics/eval/*.meta.json``). A committed copy without per-item files is
+    left out."""
+    rows = []
+    for name in names:
+        rs = result_set(name)
+        if rs.layout is None:
+            continue
+        wall = _read(rs.provenance_file).get("wall_seconds")
+        lay = rs.layout
+        known = sorted(all_frameworks(), key=len, reverse=True)  # a file is named <framework>-<...>
+        by_fw: dict[str, list[dict[str, Any]]] = {}
+        for path in sorted(lay.train_metrics_dir.glob("*.json")):
+            fw = next((f for f in known if path.name.startswith(f"{f}-")), None)
+            if fw and not is_companion(path):
+                by_fw.setdefault(fw, []).append(_read(path))
+        evals: dict[str, list[float]] = {}
+        for path in sorted(lay.eval_dir.glob("*.meta.json")):
+            meta = _read(path)
+            evals.setdefault(meta["framework"], []).append(meta["wall_time_s"])
+        for fw, items in by_fw.items():
+            rows.append(
+                [
+                    f"`{name}`",
+                    f"{fmt_seconds(wall)} ({wall:.0f} s)" if wall is not None else "not recorded",
+                    framework_label(fw),
+                    f"{len(items)} × {_span([i['steps'] for i in items], 'd')} steps",
+                    _span([i["train_seconds"] for i in items], ".0f"),
+                    _span([i["sentences_per_second"] for i in items], ".0f"),
+                    _span([i["peak_memory_mb"] / 1024 for i in items], ".1f"),
+                    _span(evals[fw], ".0f") if evals.get(fw) else "-",
+                ]
+            )
+    header = [
+        "set",
+        "wall time",
+        "framework",
+        "train items",
+        "training s / item",
+        "sentences/s",
+        "peak RSS GB",
+        "evaluate s / item",
+    ]
+    return _md(header, rows)
+
+
 TEST_SUITE_FILE = "docs/test-suite.json"  # the last timed `.ci/run` from a fresh clone
 DETERMINISM_FILE = "docs/determinism.json"
 
@@ -448,6 +564,13 @@ def determinism_sentence(path: str | Path = DETERMINISM_FILE, root: str | Path |
         else f"they gave {len(md5s)} distinct model folders ({', '.join(f'`{m}`' for m in md5s)}) and "
         f"{len(losses)} distinct final losses"
     )
+    committed = rec.get("committed_md5")
+    if committed:  # the item's md5 in the committed dvc.lock (the set's own results)
+        verdict += (
+            "; the committed dvc.lock holds the same model md5"
+            if md5s == [committed]
+            else f"; the committed dvc.lock holds `{committed}`"
+        )
     return (
         f"`{rec['item']}` trained {len(runs)} times from scratch (`{rec['command']}`) at commit "
         f"`{rec['commit']}` on the {rec['cpu']} kind: {verdict}."
