@@ -16,6 +16,8 @@ def test_dirty_means_code_or_params_not_pipeline_outputs(tmp_path: Path) -> None
     repo = tmp_path / "repo"
     (repo / "metrics").mkdir(parents=True)
     (repo / "reports").mkdir()
+    (repo / "sets/long/metrics").mkdir(parents=True)
+    (repo / "models/b").mkdir(parents=True)
     for name in ("params.yaml", "dvc.lock", "metrics/m.json", "reports/report.md", "code.py"):
         (repo / name).write_text("0\n")
     _git(repo, "init", "-q")
@@ -27,6 +29,13 @@ def test_dirty_means_code_or_params_not_pipeline_outputs(tmp_path: Path) -> None
         (repo / output).write_text("1\n")
     assert git_commit(repo) == clean
     assert git_commit(repo / "metrics") == clean  # from a subfolder too
+    # a parameter set's own folder, and the .gitignore files DVC writes and stages (git add), as a
+    # set's run leaves them: still the same code
+    for output in ("sets/long/dvc.lock", "sets/long/params.yaml", "sets/long/metrics/m.json", "models/b/.gitignore"):
+        (repo / output).write_text("/seed1\n")
+    _git(repo, "add", "sets", "models/b/.gitignore")
+    assert git_commit(repo) == clean
+    assert git_commit(repo / "sets/long") == clean
     (repo / "params.yaml").write_text("1\n")
     assert git_commit(repo) == clean + "-dirty"
     _git(repo, "checkout", "-q", "params.yaml")

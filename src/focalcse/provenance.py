@@ -8,9 +8,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-# Git-tracked pipeline outputs (DVC's lock and its `cache: false` metrics and report): rewriting them
-# is what a run does, so they never make the code "dirty". Code or params edits do.
-PIPELINE_OUTPUTS = ("dvc.lock", "metrics", "reports")
+# Git-tracked pipeline outputs (DVC's lock and its `cache: false` metrics and report, every parameter
+# set's own folder under sets/, which `focalcse params use` renders and its run fills, and the
+# .gitignore files DVC writes beside each cached output and stages): rewriting them is what a run
+# does, so they never make the code "dirty". Code or params edits do.
+PIPELINE_OUTPUTS = ("dvc.lock", "metrics", "reports", "sets")
+DVC_IGNORE_FILES = "**/.gitignore"
 # CPU flags that decide which matmul kernels (and so which last bits) a bf16 or fp32 run gets.
 MATMUL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
 
@@ -27,7 +30,8 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no", "--", "."]
-            + [f":(exclude){p}" for p in PIPELINE_OUTPUTS],
+            + [f":(exclude){p}" for p in PIPELINE_OUTPUTS]
+            + [f":(exclude,glob){DVC_IGNORE_FILES}"],
             cwd=top,
             capture_output=True,
             text=True,
