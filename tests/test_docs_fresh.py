@@ -46,10 +46,15 @@ def test_the_documents_have_rendered_blocks() -> None:
 
 def copy_checkout(dst: Path) -> Path:
     """The documents, params and committed result and benchmark files, without the rest of the checkout."""
-    for name in ("README.md", "params.yaml"):
+    for name in ("README.md", "params.yaml", "dvc.lock"):
         shutil.copy2(ROOT / name, dst / name)
     for folder in ("docs", "metrics", "params"):
         shutil.copytree(ROOT / folder, dst / folder)
+    # each set's own folder (its params, dvc.yaml / dvc.lock, metrics, reports), without what a run
+    # left beside them in this checkout (models, the corpus, its MLflow store)
+    shutil.copytree(
+        ROOT / "sets", dst / "sets", ignore=shutil.ignore_patterns("models", "data", "mlflow.db", "mlartifacts")
+    )
     # docs/performance.md renders the committed benchmark files
     shutil.copytree(
         ROOT / "benchmarks", dst / "benchmarks", ignore=shutil.ignore_patterns("*.py", "__pycache__", "*.sh")
@@ -59,7 +64,7 @@ def copy_checkout(dst: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("result", ["metrics/significance.json", "docs/cpu-long/significance.json"])
+@pytest.mark.parametrize("result", ["metrics/significance.json", "sets/cpu-long/metrics/significance.json"])
 def test_editing_one_committed_summary_value_makes_the_check_fail(tmp_path, monkeypatch, result) -> None:
     root = copy_checkout(tmp_path)
     assert cog_check(root, monkeypatch)[0] == 0  # the copy is fresh as it is
@@ -110,3 +115,99 @@ def test_the_determinism_sentence_says_what_the_runs_gave(tmp_path) -> None:
     said = determinism_sentence("d.json", tmp_path)
     assert "4 times" in said and "2 distinct model folders (`m1.dir`, `m2.dir`)" in said
     assert "1 distinct final losses" in said
+    # against the committed dvc.lock's md5 of the item
+    (tmp_path / "d.json").write_text(json.dumps({**rec, "runs": runs[:3], "committed_md5": "m1.dir"}))
+    assert "the committed dvc.lock holds the same model md5" in determinism_sentence("d.json", tmp_path)
+    (tmp_path / "d.json").write_text(json.dumps({**rec, "runs": runs[:3], "committed_md5": "m0.dir"}))
+    assert "the committed dvc.lock holds `m0.dir`" in determinism_sentence("d.json", tmp_path)
+
+
+def _set_folder(root: Path, name: str, code: dict[str, str], cpu: str, commit: str) -> None:
+    """A set folder as `focalcse params use` lays it out, with a dvc.lock whose train/evaluate items
+    depend on ``code`` (path -> md5, as the set folder spells the paths) and a provenance record."""
+    import yaml
+
+    folder = root / "sets" / name
+    (folder / "reports").mkdir(parents=True)
+    (folder / "dvc.yaml").write_text("stages: {}\n")
+    deps = [{"path": f"../../{p}", "md5": m, "size": 1} for p, m in code.items()]
+    lock = {
+        "schema": "2.0",
+        "stages": {
+            "train@simcse-b-infonce-1": {"cmd": "x", "deps": [*deps, {"path": "data/corpus/train.txt", "md5": "d"}]},
+            "evaluate@simcse-b-infonce-1": {"cmd": "x", "deps": deps[:1]},
+            "report": {"cmd": "x", "deps": [{"path": "../../src/focalcse/report/tables.py", "md5": name}]},
+        },
+    }
+    (folder / "dvc.lock").write_text(yaml.safe_dump(lock))
+    record = {"commit": commit, "cpu_model": cpu, "cpu_flags": ["avx512_bf16"]}
+    (folder / "reports/provenance.json").write_text(json.dumps(record))
+
+
+def test_the_code_sentence_compares_the_code_the_items_ran(tmp_path, monkeypatch) -> None:
+    from focalcse.report.docs_blocks import code_md5s, code_sentence
+
+    monkeypatch.chdir(tmp_path)
+    code = {"src/focalcse/core/training.py": "a1", "stages/train.py": "b1"}
+    _set_folder(tmp_path, "one", code, "Xeon", "1111111aaa")
+    _set_folder(tmp_path, "two", code, "Xeon", "2222222bbb")
+    # the report's code is no train/evaluate dependency; the data dep is no code
+    assert code_md5s("sets/one") == code
+    said = code_sentence("sets/one", "sets/two")
+    assert "ran the same code: all 2 code files" in said and "`sets/two` at `2222222`" in said, said
+    assert "on the same CPU kind (Xeon" in said, said
+    _set_folder(tmp_path, "three", {**code, "stages/train.py": "b2"}, "EPYC", "3333333ccc")
+    said = code_sentence("sets/one", "sets/three")
+    assert "ran different code: 1 of 2 shared code files differ" in said and "`stages/train.py`" in said, said
+    assert "CPU Xeon against EPYC" in said, said
+    (tmp_path / "docs/copy").mkdir(parents=True)
+    (tmp_path / "docs/copy/significance.json").write_text("{}")
+    (tmp_path / "docs/copy/provenance.json").write_text(json.dumps({"commit": "4444444"}))
+    assert "is not recorded" in code_sentence("sets/one", "docs/copy")
+
+
+def test_the_timing_table_reads_each_items_own_files(tmp_path, monkeypatch) -> None:
+    from focalcse.report.docs_blocks import timing_table
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "sets/one"
+    for sub in ("metrics/train", "metrics/eval", "reports"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "dvc.yaml").write_text("stages: {}\n")
+    (folder / "reports/provenance.json").write_text(json.dumps({"wall_seconds": 125.0}))
+    for seed, (secs, rate, mb, ev) in enumerate([(70.2, 117.0, 2048, 20.0), (90.0, 91.0, 2560, 24.4)], 1):
+        stem = f"simcse-b-infonce-seed{seed}"
+        train = {"steps": 128, "train_seconds": secs, "sentences_per_second": rate, "peak_memory_mb": mb}
+        (folder / f"metrics/train/{stem}.json").write_text(json.dumps(train))
+        (folder / f"metrics/train/{stem}.meta.json").write_text("{}")
+        (folder / f"metrics/eval/{stem}.meta.json").write_text(json.dumps({"framework": "simcse", "wall_time_s": ev}))
+    table = timing_table(["sets/one"])
+    row = table.splitlines()[2]
+    assert row == "| `sets/one` | 0:02:05 (125 s) | SimCSE | 2 × 128 steps | 70–90 | 91–117 | 2.0–2.5 | 20–24 |", table
+
+
+def _lock_with_models(folder: Path, models: dict[str, str]) -> None:
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "dvc.yaml").write_text("stages: {}\n")
+    stages = {
+        f"train@simcse-b-infonce-{k}": {"cmd": "x", "outs": [{"path": f"models/simcse/b/infonce/seed{k}", "md5": m}]}
+        for k, m in models.items()
+    }
+    stages["report"] = {"cmd": "x", "outs": [{"path": "reports/report.md", "md5": "r"}]}
+    (folder / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
+
+
+def test_the_shared_items_sentence_compares_model_md5s(tmp_path, monkeypatch) -> None:
+    from focalcse.report.docs_blocks import model_md5s, shared_items_sentence
+
+    monkeypatch.chdir(tmp_path)
+    _lock_with_models(tmp_path / "sets/one", {"1": "a.dir", "2": "b.dir", "3": "c.dir"})
+    _lock_with_models(tmp_path / "sets/two", {"1": "a.dir", "2": "b.dir", "3": "c.dir", "4": "d.dir"})
+    assert model_md5s("sets/one") == {f"train@simcse-b-infonce-{k}": m for k, m in zip("123", ("a.dir", "b.dir", "c.dir"))}
+    said = shared_items_sentence("sets/one", "sets/two")
+    assert said.startswith("The 3 train items that `sets/one` and `sets/two` both hold have the same model md5"), said
+    _lock_with_models(tmp_path / "sets/three", {"1": "a.dir", "2": "x.dir"})
+    said = shared_items_sentence("sets/one", "sets/three")
+    assert "1 have another model md5" in said and "`train@simcse-b-infonce-2`" in said, said

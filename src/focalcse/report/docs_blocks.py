@@ -438,6 +438,45 @@ def code_md5s(name: str, stages: Sequence[str] = CODE_STAGES) -> dict[str, str] 
     return md5s
 
 
+def model_md5s(name: str) -> dict[str, str] | None:
+    """Each train item of set ``name`` with the md5 of its model folder in the set's ``dvc.lock``
+    (``None`` for a committed copy without one)."""
+    import yaml
+
+    rs = result_set(name)
+    if rs.layout is None or not (rs.layout.root / "dvc.lock").is_file():
+        return None
+    lock = yaml.safe_load((rs.layout.root / "dvc.lock").read_text(encoding="utf-8")) or {}
+    return {
+        stage: out["md5"]
+        for stage, entry in (lock.get("stages") or {}).items()
+        if stage.startswith("train@")
+        for out in entry.get("outs") or []
+        if out["path"].startswith("models/")
+    }
+
+
+def shared_items_sentence(a: str, b: str) -> str:
+    """The train items sets ``a`` and ``b`` both hold, model md5 against model md5 (their dvc.lock)."""
+    ma, mb = model_md5s(a), model_md5s(b)
+    if ma is None or mb is None:
+        return f"Whether `{a}` and `{b}` trained the same models is not recorded (a copy has no dvc.lock)."
+    shared = sorted(set(ma) & set(mb))
+    if not shared:
+        return f"`{a}` and `{b}` share no train item."
+    differ = [s for s in shared if ma[s] != mb[s]]
+    items = ", ".join(f"`{s}`" for s in shared) if len(shared) <= 2 else f"{len(shared)} train items"
+    if not differ:
+        return (
+            f"The {items} that `{a}` and `{b}` both hold have the same model md5 in both dvc.lock files: "
+            "the same models, so the same scores."
+        )
+    return (
+        f"Of the {items} that `{a}` and `{b}` both hold, {len(differ)} have another model md5 in each "
+        f"dvc.lock ({', '.join(f'`{s}`' for s in differ[:3])}{', ...' if len(differ) > 3 else ''})."
+    )
+
+
 def code_sentence(a: str, b: str, stages: Sequence[str] = CODE_STAGES) -> str:
     """Did sets ``a`` and ``b`` train and evaluate with the same code on the same CPU kind? The code
     files their ``train``/``evaluate`` items depend on, md5 by md5 from the two ``dvc.lock`` files, and
