@@ -79,7 +79,7 @@ def test_editing_one_committed_summary_value_makes_the_check_fail(tmp_path, monk
 
 def test_editing_a_provenance_record_makes_the_check_fail(tmp_path, monkeypatch) -> None:
     root = copy_checkout(tmp_path)
-    path = root / "docs/hcl-run/provenance.json"
+    path = root / "sets/hcl/reports/provenance.json"
     record = json.loads(path.read_text())
     record["wall_seconds"] += 60
     path.write_text(json.dumps(record))
@@ -195,6 +195,11 @@ def _lock_with_models(folder: Path, models: dict[str, str]) -> None:
         f"train@simcse-b-infonce-{k}": {"cmd": "x", "outs": [{"path": f"models/simcse/b/infonce/seed{k}", "md5": m}]}
         for k, m in models.items()
     }
+    (folder / "metrics/eval").mkdir(parents=True, exist_ok=True)
+    for k in models:  # each item's evaluation file, its score the seed
+        out = f"metrics/eval/simcse-b-infonce-seed{k}.json"
+        stages[f"evaluate@simcse-b-infonce-{k}"] = {"cmd": "x", "outs": [{"path": out, "md5": "e"}]}
+        (folder / out).write_text(json.dumps({"avg": float(k)}))
     stages["report"] = {"cmd": "x", "outs": [{"path": "reports/report.md", "md5": "r"}]}
     (folder / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
 
@@ -208,6 +213,11 @@ def test_the_shared_items_sentence_compares_model_md5s(tmp_path, monkeypatch) ->
     assert model_md5s("sets/one") == {f"train@simcse-b-infonce-{k}": m for k, m in zip("123", ("a.dir", "b.dir", "c.dir"))}
     said = shared_items_sentence("sets/one", "sets/two")
     assert said.startswith("The 3 train items that `sets/one` and `sets/two` both hold have the same model md5"), said
+    assert "every field of their evaluation files is equal" in said, said
+    (tmp_path / "sets/two/metrics/eval/simcse-b-infonce-seed3.json").write_text(json.dumps({"avg": 9.0}))
+    assert "yet 1 of their evaluation files differ" in shared_items_sentence("sets/one", "sets/two")
+    (tmp_path / "sets/two/metrics/eval/simcse-b-infonce-seed3.json").unlink()
+    assert "not in both sets" in shared_items_sentence("sets/one", "sets/two")
     _lock_with_models(tmp_path / "sets/three", {"1": "a.dir", "2": "x.dir"})
     said = shared_items_sentence("sets/one", "sets/three")
     assert "1 have another model md5" in said and "`train@simcse-b-infonce-2`" in said, said

@@ -8,7 +8,7 @@ Each function returns Markdown for one generated block of a document (cogapp mar
   (``metrics/significance.json``, ``metrics/summary.json``, the per-item files, ``reports/provenance.json``);
 * a set's own folder (``"sets/cpu-long"``, where ``make reproduce PARAMS=cpu-long`` runs): the same
   paths under it;
-* any other folder (``"docs/frameworks-run"``, ...): a committed copy of a run's ``significance.json``,
+* any other folder (``"docs/<name>-run"``, ...): a committed copy of a run's ``significance.json``,
   ``summary.json``, ``report.md`` and ``provenance.json``.
 
 A sentence that compares two sets states its test: Welch's t over the per-seed paired differences
@@ -40,7 +40,7 @@ from focalcse.report.tables import ablation_table, seed_band, table3
 REFERENCE = default_framework()
 DEFAULT = "default"
 # every committed result set, as README's and docs/results.md's "what was measured where" list them
-COMMITTED_SETS = ("default", "sets/cpu-long", "docs/frameworks-run", "docs/hcl-run")
+COMMITTED_SETS = ("default", "sets/cpu-long", "sets/frameworks", "sets/hcl")
 STS_KEYS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg")
 GEOMETRY = ("alignment", "uniformity")
 
@@ -456,6 +456,17 @@ def model_md5s(name: str) -> dict[str, str] | None:
     }
 
 
+def _eval_doc(name: str, train_item: str) -> Any:
+    """The evaluation file of set ``name``'s ``train_item`` (its ``evaluate@`` twin's JSON output)."""
+    import yaml
+
+    root = result_set(name).layout.root  # type: ignore[union-attr]
+    lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8")) or {}
+    entry = (lock.get("stages") or {}).get("evaluate@" + train_item.split("@", 1)[1]) or {}
+    paths = [o["path"] for o in entry.get("outs") or [] if not is_companion(o["path"])]
+    return _read(root / paths[0]) if paths and (root / paths[0]).is_file() else None
+
+
 def shared_items_sentence(a: str, b: str) -> str:
     """The train items sets ``a`` and ``b`` both hold, model md5 against model md5 (their dvc.lock)."""
     ma, mb = model_md5s(a), model_md5s(b)
@@ -467,9 +478,19 @@ def shared_items_sentence(a: str, b: str) -> str:
     differ = [s for s in shared if ma[s] != mb[s]]
     items = ", ".join(f"`{s}`" for s in shared) if len(shared) <= 2 else f"{len(shared)} train items"
     if not differ:
+        docs = [(_eval_doc(a, s), _eval_doc(b, s)) for s in shared]
+        if any(x is None or y is None for x, y in docs):
+            said = "(their evaluation files are not in both sets, so the scores were not compared)"
+        else:
+            unequal = sum(x != y for x, y in docs)
+            said = (
+                f"yet {unequal} of their evaluation files differ"
+                if unequal
+                else "and every field of their evaluation files is equal"
+            )
         return (
-            f"The {items} that `{a}` and `{b}` both hold have the same model md5 in both dvc.lock files: "
-            "the same models, so the same scores."
+            f"The {items} that `{a}` and `{b}` both hold have the same model md5 in both dvc.lock files, "
+            f"{said}."
         )
     return (
         f"Of the {items} that `{a}` and `{b}` both hold, {len(differ)} have another model md5 in each "
