@@ -915,7 +915,11 @@ def determinism(args: argparse.Namespace) -> int:
     if args.runs < 2:
         fail(f"--runs {args.runs}: expected at least 2 (one run cannot disagree with itself)")
     item = args.item or first_train_item(root)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "DVC_NO_ANALYTICS": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
     committed = _committed_lock(root)
     committed_md5 = _model_md5(_lock_outs(committed, item)) if committed else None
     cmd = ["dvc", "repro", "--force", "-s", item]
@@ -925,20 +929,30 @@ def determinism(args: argparse.Namespace) -> int:
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
-            fail(f"run {n}: `{' '.join(cmd)}` exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+            fail(
+                f"run {n}: `{' '.join(cmd)}` exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}"
+            )
         outs = _lock_outs((root / "dvc.lock").read_text(), item)
-        metrics = next(o["path"] for o in outs if o["path"].startswith("metrics/train/") and ".meta." not in o["path"])
+        metrics = next(
+            o["path"] for o in outs if o["path"].startswith("metrics/train/") and ".meta." not in o["path"]
+        )
         final_loss = json.loads((root / metrics).read_text())["final_loss"]
-        runs.append({"run": n, "wall_s": round(wall), "model_md5": _model_md5(outs), "final_loss": final_loss})
-        print(f"run {n}/{args.runs}: {runs[-1]['model_md5']}  final loss {final_loss!r}  {wall:.0f} s", flush=True)
+        runs.append(
+            {"run": n, "wall_s": round(wall), "model_md5": _model_md5(outs), "final_loss": final_loss}
+        )
+        print(
+            f"run {n}/{args.runs}: {runs[-1]['model_md5']}  final loss {final_loss!r}  {wall:.0f} s",
+            flush=True,
+        )
     cpu = cpu_info()
+    commit = git_commit(root)
     md5s = {r["model_md5"] for r in runs}
     same = len(md5s) == 1
     matches = committed_md5 is None or md5s == {committed_md5}
     record = {
         "item": item,
         "command": " ".join(cmd),
-        "commit": (lambda c: c[:7] + ("-dirty" if c.endswith("-dirty") else ""))(git_commit(root)),
+        "commit": commit[:7] + ("-dirty" if commit.endswith("-dirty") else ""),
         "cpu": cpu["cpu_model"],
         "cpu_model": cpu["cpu_model"],
         "matmul_flags": cpu["cpu_flags"],
@@ -985,9 +999,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = sub.add_parser("determinism", help="one train item trained --runs times from scratch, md5 by md5")
     d.add_argument("--runs", type=int, default=5, help="how many times (default 5)")
     d.add_argument("--item", default=None, help="the train item (default: the sweep's first)")
-    d.add_argument(
-        "--setup", default="", help="how the checkout was prepared (recorded with the runs)"
-    )
+    d.add_argument("--setup", default="", help="how the checkout was prepared (recorded with the runs)")
     for p in (f, i, d):
         p.add_argument("--out-json", type=Path, default=None, help="write every figure here")
     return ap.parse_args(argv)

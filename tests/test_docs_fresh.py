@@ -53,7 +53,9 @@ def copy_checkout(dst: Path) -> Path:
     # each set's own folder (its params, dvc.yaml / dvc.lock, metrics, reports), without what a run
     # left beside them in this checkout (models, the corpus, its MLflow store)
     shutil.copytree(
-        ROOT / "sets", dst / "sets", ignore=shutil.ignore_patterns("models", "data", "mlflow.db", "mlartifacts")
+        ROOT / "sets",
+        dst / "sets",
+        ignore=shutil.ignore_patterns("models", "data", "mlflow.db", "mlartifacts"),
     )
     # docs/performance.md renders the committed benchmark files
     shutil.copytree(
@@ -134,7 +136,10 @@ def _set_folder(root: Path, name: str, code: dict[str, str], cpu: str, commit: s
     lock = {
         "schema": "2.0",
         "stages": {
-            "train@simcse-b-infonce-1": {"cmd": "x", "deps": [*deps, {"path": "data/corpus/train.txt", "md5": "d"}]},
+            "train@simcse-b-infonce-1": {
+                "cmd": "x",
+                "deps": [*deps, {"path": "data/corpus/train.txt", "md5": "d"}],
+            },
             "evaluate@simcse-b-infonce-1": {"cmd": "x", "deps": deps[:1]},
             "report": {"cmd": "x", "deps": [{"path": "../../src/focalcse/report/tables.py", "md5": name}]},
         },
@@ -167,6 +172,8 @@ def test_the_code_sentence_compares_the_code_the_items_ran(tmp_path, monkeypatch
 
 
 def test_the_timing_table_reads_each_items_own_files(tmp_path, monkeypatch) -> None:
+    import yaml
+
     from focalcse.report.docs_blocks import timing_table
 
     monkeypatch.chdir(tmp_path)
@@ -174,16 +181,26 @@ def test_the_timing_table_reads_each_items_own_files(tmp_path, monkeypatch) -> N
     for sub in ("metrics/train", "metrics/eval", "reports"):
         (folder / sub).mkdir(parents=True)
     (folder / "dvc.yaml").write_text("stages: {}\n")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["sweep"].update(losses=["infonce"], seeds=[1, 2])
+    params["ablation"].update(loss="infonce", temperatures=[], ms=[])
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    (folder / "metrics/significance.json").write_text("{}")
     (folder / "reports/provenance.json").write_text(json.dumps({"wall_seconds": 125.0}))
     for seed, (secs, rate, mb, ev) in enumerate([(70.2, 117.0, 2048, 20.0), (90.0, 91.0, 2560, 24.4)], 1):
-        stem = f"simcse-b-infonce-seed{seed}"
+        stem = f"simcse-all-MiniLM-L6-v2-infonce-seed{seed}"
         train = {"steps": 128, "train_seconds": secs, "sentences_per_second": rate, "peak_memory_mb": mb}
         (folder / f"metrics/train/{stem}.json").write_text(json.dumps(train))
         (folder / f"metrics/train/{stem}.meta.json").write_text("{}")
-        (folder / f"metrics/eval/{stem}.meta.json").write_text(json.dumps({"framework": "simcse", "wall_time_s": ev}))
+        (folder / f"metrics/eval/{stem}.json").write_text(json.dumps({"avg": 70.0}))
+        (folder / f"metrics/eval/{stem}.meta.json").write_text(
+            json.dumps({"framework": "simcse", "wall_time_s": ev})
+        )
     table = timing_table(["sets/one"])
     row = table.splitlines()[2]
-    assert row == "| `sets/one` | 0:02:05 (125 s) | SimCSE | 2 × 128 steps | 70–90 | 91–117 | 2.0–2.5 | 20–24 |", table
+    assert (
+        row == "| `sets/one` | 0:02:05 (125 s) | SimCSE | 2 × 128 steps | 70–90 | 91–117 | 2.0–2.5 | 20–24 |"
+    ), table
 
 
 def _lock_with_models(folder: Path, models: dict[str, str]) -> None:
@@ -192,7 +209,10 @@ def _lock_with_models(folder: Path, models: dict[str, str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "dvc.yaml").write_text("stages: {}\n")
     stages = {
-        f"train@simcse-b-infonce-{k}": {"cmd": "x", "outs": [{"path": f"models/simcse/b/infonce/seed{k}", "md5": m}]}
+        f"train@simcse-b-infonce-{k}": {
+            "cmd": "x",
+            "outs": [{"path": f"models/simcse/b/infonce/seed{k}", "md5": m}],
+        }
         for k, m in models.items()
     }
     (folder / "metrics/eval").mkdir(parents=True, exist_ok=True)
@@ -210,9 +230,13 @@ def test_the_shared_items_sentence_compares_model_md5s(tmp_path, monkeypatch) ->
     monkeypatch.chdir(tmp_path)
     _lock_with_models(tmp_path / "sets/one", {"1": "a.dir", "2": "b.dir", "3": "c.dir"})
     _lock_with_models(tmp_path / "sets/two", {"1": "a.dir", "2": "b.dir", "3": "c.dir", "4": "d.dir"})
-    assert model_md5s("sets/one") == {f"train@simcse-b-infonce-{k}": m for k, m in zip("123", ("a.dir", "b.dir", "c.dir"))}
+    assert model_md5s("sets/one") == {
+        f"train@simcse-b-infonce-{k}": m for k, m in zip("123", ("a.dir", "b.dir", "c.dir"))
+    }
     said = shared_items_sentence("sets/one", "sets/two")
-    assert said.startswith("The 3 train items that `sets/one` and `sets/two` both hold have the same model md5"), said
+    assert said.startswith(
+        "The 3 train items that `sets/one` and `sets/two` both hold have the same model md5"
+    ), said
     assert "every field of their evaluation files is equal" in said, said
     (tmp_path / "sets/two/metrics/eval/simcse-b-infonce-seed3.json").write_text(json.dumps({"avg": 9.0}))
     assert "yet 1 of their evaluation files differ" in shared_items_sentence("sets/one", "sets/two")

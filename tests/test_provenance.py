@@ -31,7 +31,12 @@ def test_dirty_means_code_or_params_not_pipeline_outputs(tmp_path: Path) -> None
     assert git_commit(repo / "metrics") == clean  # from a subfolder too
     # a parameter set's own folder, and the .gitignore files DVC writes and stages (git add), as a
     # set's run leaves them: still the same code
-    for output in ("sets/long/dvc.lock", "sets/long/params.yaml", "sets/long/metrics/m.json", "models/b/.gitignore"):
+    for output in (
+        "sets/long/dvc.lock",
+        "sets/long/params.yaml",
+        "sets/long/metrics/m.json",
+        "models/b/.gitignore",
+    ):
         (repo / output).write_text("/seed1\n")
     _git(repo, "add", "sets", "models/b/.gitignore")
     assert git_commit(repo) == clean

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.config import Params, load_params
-from focalcse.core.frameworks import all_frameworks, default_framework
+from focalcse.core.frameworks import default_framework
 from focalcse.layout import Layout, is_companion
 from focalcse.report.data import ReportData, load_report_data
 from focalcse.report.labels import column_label, framework_label, loss_label
@@ -379,8 +379,9 @@ def grad_norm_sentence(threshold: float = 1.0) -> str:
 
 
 def _range(values: Sequence[float], spec: str) -> str:
-    lo, hi = min(values), max(values)
-    return format(lo, spec) if lo == hi else f"{format(lo, spec)}–{format(hi, spec)}"
+    """``lo–hi`` of ``values`` in format ``spec``; one value where both ends print alike."""
+    lo, hi = format(min(values), spec), format(max(values), spec)
+    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def _and_steps(steps: set[int]) -> str:
@@ -413,18 +414,26 @@ CODE_STAGES = ("train", "evaluate")  # the stages whose code decides a model's b
 CODE_ROOTS = ("src/", "stages/")
 
 
-def code_md5s(name: str, stages: Sequence[str] = CODE_STAGES) -> dict[str, str] | None:
-    """Every code file the ``stages`` items of set ``name`` depend on, with the md5 its ``dvc.lock``
-    records (paths as from the repository root: a set folder's ``../../src/...`` is ``src/...``);
-    ``None`` for a set without a ``dvc.lock`` (a committed copy)."""
+def _lock_stages(name: str) -> dict[str, Any] | None:
+    """The stage entries of set ``name``'s ``dvc.lock`` (``None`` for a committed copy without one)."""
     import yaml
 
     rs = result_set(name)
     if rs.layout is None or not (rs.layout.root / "dvc.lock").is_file():
         return None
     lock = yaml.safe_load((rs.layout.root / "dvc.lock").read_text(encoding="utf-8")) or {}
+    return lock.get("stages") or {}
+
+
+def code_md5s(name: str, stages: Sequence[str] = CODE_STAGES) -> dict[str, str] | None:
+    """Every code file the ``stages`` items of set ``name`` depend on, with the md5 its ``dvc.lock``
+    records (paths as from the repository root: a set folder's ``../../src/...`` is ``src/...``);
+    ``None`` for a set without a ``dvc.lock`` (a committed copy)."""
+    lock = _lock_stages(name)
+    if lock is None:
+        return None
     md5s: dict[str, str] = {}
-    for stage, entry in (lock.get("stages") or {}).items():
+    for stage, entry in lock.items():
         if stage.split("@", 1)[0] not in stages:
             continue
         for dep in entry.get("deps") or []:
@@ -441,28 +450,23 @@ def code_md5s(name: str, stages: Sequence[str] = CODE_STAGES) -> dict[str, str] 
 def model_md5s(name: str) -> dict[str, str] | None:
     """Each train item of set ``name`` with the md5 of its model folder in the set's ``dvc.lock``
     (``None`` for a committed copy without one)."""
-    import yaml
-
-    rs = result_set(name)
-    if rs.layout is None or not (rs.layout.root / "dvc.lock").is_file():
+    lock = _lock_stages(name)
+    if lock is None:
         return None
-    lock = yaml.safe_load((rs.layout.root / "dvc.lock").read_text(encoding="utf-8")) or {}
     return {
         stage: out["md5"]
-        for stage, entry in (lock.get("stages") or {}).items()
+        for stage, entry in lock.items()
         if stage.startswith("train@")
         for out in entry.get("outs") or []
         if out["path"].startswith("models/")
     }
 
 
-def _eval_doc(name: str, train_item: str) -> Any:
-    """The evaluation file of set ``name``'s ``train_item`` (its ``evaluate@`` twin's JSON output)."""
-    import yaml
-
+def _eval_doc(name: str, lock: dict[str, Any], train_item: str) -> Any:
+    """The evaluation file of set ``name``'s ``train_item`` (its ``evaluate@`` twin's JSON output,
+    from the set's ``dvc.lock`` stages ``lock``)."""
     root = result_set(name).layout.root  # type: ignore[union-attr]
-    lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8")) or {}
-    entry = (lock.get("stages") or {}).get("evaluate@" + train_item.split("@", 1)[1]) or {}
+    entry = lock.get("evaluate@" + train_item.split("@", 1)[1]) or {}
     paths = [o["path"] for o in entry.get("outs") or [] if not is_companion(o["path"])]
     return _read(root / paths[0]) if paths and (root / paths[0]).is_file() else None
 
@@ -478,7 +482,8 @@ def shared_items_sentence(a: str, b: str) -> str:
     differ = [s for s in shared if ma[s] != mb[s]]
     items = ", ".join(f"`{s}`" for s in shared) if len(shared) <= 2 else f"{len(shared)} train items"
     if not differ:
-        docs = [(_eval_doc(a, s), _eval_doc(b, s)) for s in shared]
+        la, lb = _lock_stages(a) or {}, _lock_stages(b) or {}
+        docs = [(_eval_doc(a, la, s), _eval_doc(b, lb, s)) for s in shared]
         if any(x is None or y is None for x, y in docs):
             said = "(their evaluation files are not in both sets, so the scores were not compared)"
         else:
@@ -553,11 +558,6 @@ def sets_table(names: Sequence[str]) -> str:
     return _md(["results", "commit", "parameter set", "CPU", "command", "wall time"], rows)
 
 
-def _span(values: Sequence[float], spec: str) -> str:
-    lo, hi = min(values), max(values)
-    return format(lo, spec) if format(lo, spec) == format(hi, spec) else f"{lo:{spec}}–{hi:{spec}}"
-
-
 def timing_table(names: Sequence[str]) -> str:
     """Where each set's time went, per framework: the set's wall time (its provenance), and per item
     the training seconds, sentences per second and peak memory (``metrics/train/*.json``) and the
@@ -565,32 +565,31 @@ def timing_table(names: Sequence[str]) -> str:
     left out."""
     rows = []
     for name in names:
-        rs = result_set(name)
-        if rs.layout is None:
+        if result_set(name).layout is None:
             continue
-        wall = _read(rs.provenance_file).get("wall_seconds")
-        lay = rs.layout
-        known = sorted(all_frameworks(), key=len, reverse=True)  # a file is named <framework>-<...>
-        by_fw: dict[str, list[dict[str, Any]]] = {}
-        for path in sorted(lay.train_metrics_dir.glob("*.json")):
-            fw = next((f for f in known if path.name.startswith(f"{f}-")), None)
-            if fw and not is_companion(path):
-                by_fw.setdefault(fw, []).append(_read(path))
-        evals: dict[str, list[float]] = {}
-        for path in sorted(lay.eval_dir.glob("*.meta.json")):
-            meta = _read(path)
-            evals.setdefault(meta["framework"], []).append(meta["wall_time_s"])
-        for fw, items in by_fw.items():
+        wall = _read(result_set(name).provenance_file).get("wall_seconds")
+        params, data = _default_data(name)
+        runs = {params.sweep.reference: (data.trains, data.evals)}
+        runs |= {
+            f: (data.framework_trains[f], data.framework_evals.get(f, {})) for f in data.framework_trains
+        }
+        for fw, (trains, evals) in runs.items():
+            items = list(trains.values())
+            if not items:
+                continue
+            eval_walls = [
+                e["meta"]["wall_time_s"] for e in evals.values() if "wall_time_s" in e.get("meta", {})
+            ]
             rows.append(
                 [
                     f"`{name}`",
                     f"{fmt_seconds(wall)} ({wall:.0f} s)" if wall is not None else "not recorded",
                     framework_label(fw),
-                    f"{len(items)} × {_span([i['steps'] for i in items], 'd')} steps",
-                    _span([i["train_seconds"] for i in items], ".0f"),
-                    _span([i["sentences_per_second"] for i in items], ".0f"),
-                    _span([i["peak_memory_mb"] / 1024 for i in items], ".1f"),
-                    _span(evals[fw], ".0f") if evals.get(fw) else "-",
+                    f"{len(items)} × {_range([i['steps'] for i in items], 'd')} steps",
+                    _range([i["train_seconds"] for i in items], ".0f"),
+                    _range([i["sentences_per_second"] for i in items], ".0f"),
+                    _range([i["peak_memory_mb"] / 1024 for i in items], ".1f"),
+                    _range(eval_walls, ".0f") if eval_walls else "-",
                 ]
             )
     header = [
