@@ -12,7 +12,9 @@ the training forward (``train.unpad``; default on, as the trainer). AdamW is the
 
 It also checks that the unpadded forward agrees with the padded ``transformers`` forward on the
 device (``--verify-unpad``, on by default): fp32, eval mode, one ragged batch; the largest relative
-difference of the last hidden states is reported as ``unpad_max_rel_diff``.
+difference of the last hidden states is reported as ``unpad_max_rel_diff``; and that its dropout
+draws the keep rate asked and its written-out attention with dropout is the formula on the device
+(``dropout_keep_rate``, ``attention_dropout_max_rel_diff``).
 
 On CUDA it first checks GradCache on the device (``--verify-gradcache``, on by default there): one
 fp32 step with dropout, plain autograd over the chunks vs the cached re-forward; this exercises the
@@ -158,6 +160,37 @@ def verify_unpad(encoder, device: torch.device, vocab: int) -> float:
     return float((got[real] - ref[real]).abs().max() / ref[real].abs().max())
 
 
+def verify_dropout(device: torch.device) -> dict[str, float]:
+    """The unpadded forward's dropout on ``device`` (:func:`focalcse.core.unpad.keep_mask`'s 64-bit
+    draws split into 32-bit halves): the keep rate of 2**24 elements at p = 0.1 (its distance from 0.9
+    in standard deviations), and the written-out attention with dropout against the formula on the same
+    mask (the device generator reseeded), fp32, as the largest relative difference."""
+    from focalcse.core.unpad import _attend, keep_mask
+
+    torch.manual_seed(7)
+    kept = keep_mask((2**24,), 0.1, device).double().mean().item()
+    sigma = math.sqrt(0.9 * 0.1 / 2**24)
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(8, 4, 32, 16, generator=gen).to(device) for _ in range(3))
+    mask = ragged_mask(8, 32, gen).bool().to(device)[:, None, None, :]
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        torch.manual_seed(11)
+        got = _attend(q, k, v, mask, 0.1, 0.25)
+        torch.manual_seed(11)
+        probs = ((q @ k.transpose(-1, -2)) * 0.25).masked_fill(~mask, float("-inf")).softmax(-1)
+        keep = keep_mask(probs.shape, 0.1, device)
+        ref = torch.where(keep, probs / 0.9, torch.zeros_like(probs)) @ v
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return {
+        "dropout_keep_rate": kept,
+        "dropout_keep_rate_sigmas": (kept - 0.9) / sigma,
+        "attention_dropout_max_rel_diff": float((got - ref).abs().max() / ref.abs().max()),
+    }
+
+
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -191,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     verify = args.verify_gradcache if args.verify_gradcache is not None else device.type == "cuda"
     gradcache_error = verify_gradcache(encoder, device, vocab) if verify and not ctx.distributed else None
     unpad_error = verify_unpad(encoder, device, vocab) if args.verify_unpad else None
+    dropout_checks = verify_dropout(device) if args.verify_unpad else {}
     encoder.unpad = args.unpad  # the training loop's setting (SimCSE items, BERT/RoBERTa backbones)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -252,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         "lengths": args.lengths,
         "unpad": args.unpad,
         "unpad_max_rel_diff": unpad_error,
+        **dropout_checks,
         "steps": args.steps,
         "timed_steps": timed,
         "seconds": round(seconds, 3),
@@ -271,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     cleanup()
     if unpad_error is not None and unpad_error > 1e-4:
         print(f"unpad check failed: relative hidden-state difference {unpad_error:.2e}", file=sys.stderr)
+        return 3
+    if dropout_checks and (
+        abs(dropout_checks["dropout_keep_rate_sigmas"]) > 5
+        or dropout_checks["attention_dropout_max_rel_diff"] > 1e-4
+    ):
+        print(f"dropout check failed: {dropout_checks}", file=sys.stderr)
         return 3
     if gradcache_error is not None and gradcache_error > 1e-4:
         print(f"GradCache check failed: relative gradient difference {gradcache_error:.2e}", file=sys.stderr)

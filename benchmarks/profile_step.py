@@ -47,7 +47,15 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import BACKBONE, data_paths, sample_corpus, train_config  # noqa: E402
+from common import (  # noqa: E402
+    BACKBONE,
+    data_paths,
+    machine_info,
+    sample_corpus,
+    script_command,
+    short_commit,
+    train_config,
+)
 
 QKV = ("attention.self.query", "attention.self.key", "attention.self.value")
 FFN = ("intermediate.dense", "output.dense")
@@ -184,6 +192,34 @@ def one_step(loop: Any, cfg: Any, idx: list[int], timers: Timers) -> float:
     return float(loss.detach())
 
 
+def _compiled_report(args: argparse.Namespace, plain_steps: list[float], first_step: float) -> int:
+    """``--compile``: the plain steps' median and the first step (compilation included) only."""
+    report = {
+        "command": script_command("profile_step.py", args.argv),
+        "commit": short_commit(),
+        "machine": {k: v for k, v in machine_info().items() if k in ("cpu_model", "cpu_bf16", "torch")},
+        "backbone": args.backbone,
+        "precision": args.precision,
+        "forward": "unpadded",
+        "compile": True,
+        "batch": f"{args.batch_size} x 2 views x {args.max_len} tokens",
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "steps": args.steps,
+        "first_step_seconds": first_step,
+        "step_seconds_plain": statistics.median(plain_steps),
+    }
+    print(
+        f"{args.backbone}, {args.precision}, unpadded forward with compiled layers, batch {report['batch']}, "
+        f"{args.threads} threads, {args.steps} steps: median step {report['step_seconds_plain']:.3f} s; "
+        f"first step {first_step:.1f} s (compilation included)"
+    )
+    if args.out_json:
+        args.out_json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backbone", default=BACKBONE, help=f"hub id or HF folder (default {BACKBONE})")
@@ -204,7 +240,18 @@ def main(argv: list[str] | None = None) -> int:
         "loaded, so freed blocks stay in the heap instead of going back to the OS (a lever measured, not used "
         "by the trainer)",
     )
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile (inductor, dynamic shapes) each encoder layer of the unpadded forward "
+        "(focalcse.core.unpad.encoder_layer): a lever measured, not used by the trainer",
+    )
     args = ap.parse_args(argv)
+    args.argv = argv
+    if args.compile:
+        from focalcse.core import unpad
+
+        unpad.encoder_layer = torch.compile(unpad.encoder_layer, dynamic=True)
     if args.malloc_keep:
         import ctypes
 
@@ -249,13 +296,16 @@ def main(argv: list[str] | None = None) -> int:
 
         # plain steps first (no hooks), then the same number with hooks
         plain = Timers()
-        plain_steps = []
+        plain_steps, first_step = [], None
         for i in range(args.warmup + args.steps):
             t = time.perf_counter()
             plain.on = i >= args.warmup
             one_step(loop, cfg, next(batches), plain)
+            first_step = first_step if first_step is not None else time.perf_counter() - t
             if plain.on:
                 plain_steps.append(time.perf_counter() - t)
+        if args.compile:  # hooks inside compiled layers would time nothing: the plain steps only
+            return _compiled_report(args, plain_steps, first_step)
         timers = Timers()
         handles = hook(encoder, timers)
         if encoder.unpad:
@@ -283,17 +333,22 @@ def main(argv: list[str] | None = None) -> int:
     step_total = sum(hooked_steps)
     rows = [(k, parts[k], parts[k] / step_total) for k in ORDER]
     report = {
+        "command": script_command("profile_step.py", args.argv),
+        "commit": short_commit(),
+        "machine": {k: v for k, v in machine_info().items() if k in ("cpu_model", "cpu_bf16", "torch")},
         "backbone": args.backbone,
         "precision": args.precision,
         "forward": "unpadded" if encoder.unpad else "padded",
         "malloc_keep": args.malloc_keep,
+        "compile": False,
+        "first_step_seconds": first_step,
         "batch": f"{args.batch_size} x 2 views x {args.max_len} tokens",
         "threads": args.threads,
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
         "steps": args.steps,
         "step_seconds_plain": statistics.median(plain_steps),
-        "step_seconds_hooked": statistics.median(hooked_steps),
+        "step_seconds_hooked": statistics.median(hooked_steps) if hooked_steps else None,
         "seconds": {k: round(v, 4) for k, v in parts.items()},
         "unaccounted_seconds": round(step_total - sum(parts.values()), 4),
         "share": {k: round(s, 4) for k, _, s in rows},

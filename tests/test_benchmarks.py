@@ -282,3 +282,11 @@ def test_like_for_like_is_against_sentence_transformers_at_its_best():
     md = "\n".join(train_speed.markdown(out, {"config": {"batch_size": 64, "max_len": 32, "temperature": 0.05, "lr": 3e-5, "train_steps": 10, "train_reps": 1, "train_warmup": 3}}))  # fmt: skip
     assert "ours-bf16 1.60x" in md and "(against st-bf16-compiled)" in md
     assert "st-bf16-compiled 30.0 s, item 132 s" in md
+
+
+def test_gpu_check_dropout_verification_passes_on_the_cpu():
+    """gpu_check's device check of the unpadded dropout, run on the CPU: the keep rate within 5 sigma of
+    0.9 and the written-out attention with dropout equal to the formula."""
+    checks = gpu_check.verify_dropout(torch.device("cpu"))
+    assert abs(checks["dropout_keep_rate_sigmas"]) < 5
+    assert checks["attention_dropout_max_rel_diff"] < 1e-5

@@ -160,6 +160,7 @@ def test_result_shape_and_dev_curve(reference_run) -> None:
     best = max(later, key=lambda d: d["stsb_dev_spearman"])  # step 0 is never selected
     assert (result.best_step, result.best_dev) == (best["step"], best["stsb_dev_spearman"])
     assert result.train_seconds > 0 and result.sentences_per_second > 0
+    assert 0 < result.step_seconds_median <= result.train_seconds  # no dev evaluation in it
     assert result.to_dict()["best_step"] == result.best_step
 
 

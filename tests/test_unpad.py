@@ -2,14 +2,17 @@
 
 Every comparison is with ``transformers``' own BertModel / RobertaModel (SDPA attention), never with
 the unpadded code itself; dropout's replacement is checked against a hand-written formula on the same
-uniform draw, and for its distribution.
+generator draws (split and thresholded in numpy), and for its distribution.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
+from fractions import Fraction
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoConfig, AutoModel
@@ -17,7 +20,15 @@ from transformers import AutoConfig, AutoModel
 from focalcse.core.model import SentenceEncoder
 from focalcse.core.settings import TrainConfig
 from focalcse.core.training import _use_unpad
-from focalcse.core.unpad import Packing, _attend, dropout, packed_hidden, unpad_unsupported
+from focalcse.core.unpad import (
+    Packing,
+    _attend,
+    _threshold,
+    dropout,
+    keep_mask,
+    packed_hidden,
+    unpad_unsupported,
+)
 
 SHAPES = {
     # (model_type, config overrides): BERT-shaped, RoBERTa-shaped (padding_idx 1, positions from 2),
@@ -134,26 +145,66 @@ def _padded_eval(enc: SentenceEncoder, ids: torch.Tensor, mask: torch.Tensor) ->
         enc.unpad = True
 
 
-def test_dropout_is_inverted_dropout_of_a_uniform_draw() -> None:
+def _expected_keep(shape: tuple[int, ...], p: float, seed: int) -> torch.Tensor:
+    """The keep mask written out independently: the generator's 64-bit words after ``seed``, split into
+    their low and high 32 bits (numpy, little-endian), each read as a signed int, kept when at least
+    -2**31 + ceil(p * 2**32) (from the exact binary value of p, in Python integers)."""
+    n = int(np.prod(shape))
+    torch.manual_seed(seed)
+    words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None).numpy()
+    halves = words.astype("<i8").view("<i4")[:n]
+    threshold = -(2**31) + math.ceil(Fraction(p) * 2**32)
+    return torch.from_numpy((halves >= threshold).reshape(shape))
+
+
+def test_keep_mask_is_the_threshold_of_32_random_bits() -> None:
+    torch.manual_seed(5)
+    got = keep_mask((64, 47), 0.1, "cpu")  # an odd count: the last word's high half goes unused
+    assert got.dtype == torch.bool and got.shape == (64, 47)
+    assert torch.equal(got, _expected_keep((64, 47), 0.1, 5))
+
+
+def test_dropout_is_inverted_dropout_of_the_keep_mask() -> None:
     x = torch.randn(64, 48)
     torch.manual_seed(5)
     got = dropout(x, 0.1, True)
-    torch.manual_seed(5)
-    keep = torch.rand(x.shape) >= 0.1
-    expected = torch.where(keep, x / 0.9, torch.zeros_like(x))
+    expected = torch.where(_expected_keep((64, 48), 0.1, 5), x / 0.9, torch.zeros_like(x))
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=0.0)
     assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+    # the gradient is the same mask and scale
+    xg = x.clone().requires_grad_()
+    torch.manual_seed(5)
+    dropout(xg, 0.1, True).sum().backward()
+    torch.testing.assert_close(xg.grad, _expected_keep((64, 48), 0.1, 5).float() / 0.9, rtol=1e-6, atol=0.0)
 
 
-def test_dropout_keeps_each_element_with_probability_one_minus_p() -> None:
+@pytest.mark.parametrize("p", [0.1, 0.25, 0.5])
+def test_dropout_keeps_each_element_with_probability_one_minus_p(p: float) -> None:
     torch.manual_seed(0)
     x = torch.ones(1000, 1000)
-    out = dropout(x, 0.1, True)
+    out = dropout(x, p, True)
     kept = (out != 0).float().mean().item()
-    # 1e6 Bernoulli(0.9) draws: std 3e-4; 5 sigma
-    assert abs(kept - 0.9) < 1.5e-3
-    assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 1 / 0.9))
-    assert abs(out.mean().item() - 1.0) < 2e-3  # inverted dropout keeps the expectation
+    # 1e6 Bernoulli(1 - p) draws: std <= 5e-4; 5 sigma
+    assert abs(kept - (1 - p)) < 2.5e-3
+    assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 1 / (1 - p)))
+    assert abs(out.mean().item() - 1.0) < 5e-3  # inverted dropout keeps the expectation
+
+
+def test_keep_probability_is_exact_to_2_to_the_minus_32() -> None:
+    """Kept iff the int32 half >= the threshold: 2**31 - threshold of the 2**32 values."""
+    for p in (0.1, 0.25, 1e-12, 0.999):
+        kept_values = 2**31 - _threshold(p)
+        assert abs(Fraction(kept_values, 2**32) - (1 - Fraction(p))) <= Fraction(1, 2**32)
+
+
+def test_keep_mask_bits_are_balanced() -> None:
+    """Each of the 64 bits of the draws used is set about half the time (the full int64 range, not
+    ``random_()``'s [0, 2**63)): 2**20 words, 5 sigma."""
+    torch.manual_seed(1)
+    words = torch.empty(2**20, dtype=torch.int64).random_(-(2**63), None).numpy().view(np.uint64)
+    for bit in (0, 31, 32, 62, 63):
+        share = float(((words >> np.uint64(bit)) & np.uint64(1)).mean())
+        assert abs(share - 0.5) < 5 * 0.5 / 2**10, (bit, share)
 
 
 def test_attention_with_dropout_is_the_hand_written_formula() -> None:
@@ -162,15 +213,23 @@ def test_attention_with_dropout_is_the_hand_written_formula() -> None:
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :]
     torch.manual_seed(9)
     got = _attend(q, k, v, mask, 0.25, 0.5)
-    torch.manual_seed(9)
     scores = (q @ k.transpose(-1, -2)) * 0.5
     scores = scores.masked_fill(~mask, float("-inf"))
     probs = scores.softmax(-1)
-    keep = torch.rand(probs.shape) >= 0.25
+    keep = _expected_keep(probs.shape, 0.25, 9)
     expected = (torch.where(keep, probs / 0.75, torch.zeros_like(probs))) @ v
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     # without dropout: SDPA, the same as the formula with no dropout
     torch.testing.assert_close(_attend(q, k, v, mask, 0.0, 0.5), probs @ v, rtol=1e-5, atol=1e-6)
+    # gradients of q, k and v: the same as the formula's
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    torch.manual_seed(9)
+    _attend(qg, kg, vg, mask, 0.25, 0.5).pow(2).sum().backward()
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    s = ((qr @ kr.transpose(-1, -2)) * 0.5).masked_fill(~mask, float("-inf")).softmax(-1)
+    (torch.where(keep, s / 0.75, torch.zeros_like(s)) @ vr).pow(2).sum().backward()
+    for ours, ref in ((qg, qr), (kg, kr), (vg, vr)):
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-5, atol=1e-6)
 
 
 def test_attention_with_dropout_keeps_sdpa_precision_in_bf16() -> None:
@@ -270,3 +329,28 @@ def test_unsupported_backbones_train_padded_with_a_warning() -> None:
     decoder = _model("bert")
     decoder.config.is_decoder = True
     assert "decoder" in unpad_unsupported(decoder)
+
+
+def test_keep_freed_memory_sets_glibc_thresholds_once_and_skips_other_libcs(monkeypatch) -> None:
+    import ctypes
+
+    from focalcse.core import heap
+
+    heap.keep_freed_memory.cache_clear()
+    try:
+        assert heap.keep_freed_memory() in (heap.KEEP_BYTES, heap.GLIBC_MMAP_CAP)  # this machine: glibc
+        assert heap.keep_freed_memory.cache_info().hits == 0
+        heap.keep_freed_memory()
+        assert heap.keep_freed_memory.cache_info().hits == 1  # set once per process
+
+        class NotGlibc:  # musl-like: no gnu_get_libc_version
+            def __init__(self, *args, **kwargs) -> None:
+                pass
+
+        heap.keep_freed_memory.cache_clear()
+        monkeypatch.setattr(ctypes, "CDLL", NotGlibc)
+        assert heap.keep_freed_memory() == 0
+    finally:
+        monkeypatch.undo()
+        heap.keep_freed_memory.cache_clear()
+        heap.keep_freed_memory()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from focalcse.core.checkpoint import Checkpointer, rng_state  # noqa: F401 - Che
 from focalcse.core.distributed import DistributedContext
 from focalcse.core.encode import autocast_context
 from focalcse.core.frameworks import default_framework, framework_module, framework_spec
+from focalcse.core.heap import keep_freed_memory
 from focalcse.core.losses import build_loss
 from focalcse.core.model import SentenceEncoder
 from focalcse.core.settings import TrainConfig, padded_reason, training_steps
@@ -75,6 +77,9 @@ class TrainResult:
     sentences_per_second: float
     peak_memory_mb: float
     sentences_seen: int = 0
+    # the median of this process's step times (seconds; dev evaluations and checkpoints not included):
+    # a resumed run's median covers the steps it ran itself
+    step_seconds_median: float = 0.0
     history: list[dict[str, float]] = field(default_factory=list)
     dev_curve: list[dict[str, float]] = field(default_factory=list)
 
@@ -173,6 +178,7 @@ def train(
         disable=not progress,
         dynamic_ncols=True,
     )
+    step_times: list[float] = []
     for step, idx in enumerate(loop.batches[loop.start_step :], start=loop.start_step + 1):
         t0 = time.perf_counter()
         try:
@@ -180,7 +186,8 @@ def train(
         except NonFiniteLossError:
             bar.close()
             raise
-        result.train_seconds += time.perf_counter() - t0
+        step_times.append(time.perf_counter() - t0)
+        result.train_seconds += step_times[-1]
         result.sentences_seen += len(idx)
         if step % cfg.log_every == 0 or step == total:
             metrics = {"loss": float(loss.item()), "lr": float(lr), "grad_norm": grad_norm, **parts}
@@ -197,6 +204,7 @@ def train(
             if parallel.is_main:
                 loop.ckpt.save(step, encoder, loop.optimizer, loop.scheduler, result, rng_ranks=rng)
     bar.close()
+    result.step_seconds_median = statistics.median(step_times) if step_times else 0.0
     _finish(loop, output_dir, parallel, keep_last=dev_evaluator is None, save_extra=save_extra)
     return result
 
@@ -252,6 +260,8 @@ def _setup(
     encoder.unpad = _use_unpad(encoder, cfg, framework)
     torch.manual_seed(parallel.rank_seed(cfg.seed))  # rank 0 keeps cfg.seed
     device = torch.device(cfg.device)
+    if device.type == "cpu":
+        keep_freed_memory()  # the step's large tensors reuse the heap instead of fresh mappings
     encoder.to(device)
     model = parallel.wrap_model(encoder)  # DDP under torchrun; `encoder` is evaluated and saved
     loss_fn = parallel.wrap_loss(build_loss(cfg.loss, cfg.temperature, **cfg.loss_kwargs()))

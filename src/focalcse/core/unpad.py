@@ -126,32 +126,64 @@ def _embed(backbone: nn.Module, input_ids: torch.Tensor, packing: Packing) -> to
     return dropout(emb.LayerNorm(x), emb.dropout.p, emb.training)  # (T, d)
 
 
+def keep_mask(shape: tuple[int, ...], p: float, device: torch.device | str) -> torch.Tensor:
+    """A boolean dropout mask of ``shape``: each element True (kept) with probability
+    1 - ceil(p * 2**32) / 2**32, independently, from 32 random bits per element.
+
+    The bits come from the default generator's 64-bit draws (``random_`` over the full int64 range),
+    each split into two int32 halves; an element is kept when its half is at least
+    ``-2**31 + ceil(p * 2**32)``. On the CPU one 64-bit draw costs about what one ``torch.rand`` float
+    costs, so two elements per draw take about 0.6 of ``torch.rand(shape) >= p``'s time
+    (docs/performance.md), and the keep probability is exact to 2**-32 (``torch.rand``'s float32 draw:
+    2**-24)."""
+    n = 1
+    for size in shape:
+        n *= size
+    words = torch.empty((n + 1) // 2, dtype=torch.int64, device=device).random_(-(2**63), None)
+    return (words.view(torch.int32)[:n] >= _threshold(p)).view(shape)
+
+
+def _threshold(p: float) -> int:
+    """The int32 value at and above which an element is kept: -2**31 + ceil(p * 2**32), exactly."""
+    num, den = p.as_integer_ratio()
+    return -(2**31) + -(-num * 2**32 // den)
+
+
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout as ``nn.Dropout``: each element kept with probability 1 - p and scaled by
-    1 / (1 - p), from a float32 uniform draw (``torch.rand(...) >= p``). Same distribution as
+    """Inverted dropout as ``nn.Dropout``: each element kept with probability 1 - p (to 2**-32) and
+    scaled by 1 / (1 - p), from :func:`keep_mask`'s integer draw. Same distribution as
     ``torch.nn.functional.dropout``, whose ``bernoulli_`` mask costs about twice the time on CPU
     (docs/performance.md); a different draw from the same RNG."""
     if not training or p == 0.0:
         return x
-    keep = torch.rand(x.shape, device=x.device) >= p
-    return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
+    return (x * keep_mask(x.shape, p, x.device)).mul_(1.0 / (1.0 - p))
 
 
 def _attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor, p: float, scale: float
 ):
     """Softmax attention of (B, H, L, dh) tensors with a (B, 1, 1, L) boolean key mask and dropout ``p``
-    on the probabilities. Without dropout: SDPA. With it: written out (scores, softmax, :func:`dropout`,
-    weighted sum), because CPU SDPA with dropout falls back to a slower path. The written-out attention
-    computes in float32 and returns the inputs' dtype, as SDPA does internally for bf16 inputs, so
-    bf16 training keeps SDPA's precision (bf16 scores and softmax would double its error)."""
+    on the probabilities. Without dropout: SDPA. With it: written out, because CPU SDPA with dropout
+    falls back to a slower path, in three passes over the (B, H, L, L) scores: one batched GEMM that
+    also applies the scale and adds the key mask as a 0 / -inf bias (``baddbmm``), the softmax, and the
+    dropout mask's product; the dropout's 1 / (1 - p) is the weighted sum's GEMM factor. The
+    written-out attention computes in float32 and returns the inputs' dtype, as SDPA does internally
+    for bf16 inputs, so bf16 training keeps SDPA's precision (bf16 scores and softmax would double its
+    error)."""
     if p == 0.0:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+    b, h, length, d = q.shape
     with torch.autocast(q.device.type, enabled=False):
-        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale  # (B, H, L, L)
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
-        probs = dropout(torch.softmax(scores, dim=-1), p, True)
-        return torch.matmul(probs, v.float()).to(q.dtype)
+        bias = torch.zeros(attn_mask.shape, dtype=torch.float32, device=q.device)
+        bias = bias.masked_fill_(~attn_mask, float("-inf")).expand(b, h, 1, length).reshape(b * h, 1, length)
+        qf, kf, vf = (t.float().reshape(b * h, length, d) for t in (q, k, v))
+        probs = torch.softmax(torch.baddbmm(bias, qf, kf.transpose(1, 2), alpha=scale), dim=-1)
+        probs = probs * keep_mask(probs.shape, p, q.device)
+        out = torch.baddbmm(_ZERO.to(q.device), probs, vf, beta=0.0, alpha=1.0 / (1.0 - p))
+        return out.view(b, h, length, d).to(q.dtype)
+
+
+_ZERO = torch.zeros((), dtype=torch.float32)  # baddbmm's ignored input (beta 0): a bare weighted sum
 
 
 def _add_norm(block: nn.Module, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -178,7 +210,16 @@ def packed_hidden(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: 
     packing = Packing(attention_mask)
     attn_mask = packing.mask[:, None, None, :]  # (B, 1, 1, L): each query sees its row's real keys
     x = _embed(backbone, input_ids, packing)
+    packing.head_rows(backbone.config.num_attention_heads)  # built once, before the layers read it
     for layer in backbone.encoder.layer:
-        a = _attention(layer, x, packing, attn_mask)
-        x = _add_norm(layer.output, layer.intermediate(a), a)
+        x = encoder_layer(layer, x, packing, attn_mask)
     return packing.repad(x)
+
+
+def encoder_layer(
+    layer: nn.Module, x: torch.Tensor, packing: Packing, attn_mask: torch.Tensor
+) -> torch.Tensor:
+    """One ``BertLayer`` on packed tokens: (T, d) -> (T, d). A module-level function so that a caller
+    can swap in a compiled one (``benchmarks/profile_step.py --compile`` measures ``torch.compile``'s)."""
+    a = _attention(layer, x, packing, attn_mask)
+    return _add_norm(layer.output, layer.intermediate(a), a)

@@ -106,6 +106,7 @@ def train_item(
         "train_seconds": result.train_seconds,
         "wall_seconds": time.perf_counter() - start,
         "sentences_per_second": result.sentences_per_second,
+        "step_seconds_median": result.step_seconds_median,
         "peak_memory_mb": result.peak_memory_mb,
         "meta": provenance(
             **identity,

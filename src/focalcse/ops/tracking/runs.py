@@ -229,6 +229,7 @@ class TrainRun:
             "train_seconds",
             "wall_seconds",
             "sentences_per_second",
+            "step_seconds_median",
             "peak_memory_mb",
         )
         clock = time.perf_counter()
