@@ -42,7 +42,7 @@ reproduce: $(STAMP)
 	@if [ -z "$(PARAMS)" ]; then echo "cog -r README.md docs/*.md"; $(VENV)/bin/cog -r $(DOCS) >/dev/null || exit 1; fi
 
 # The numbers of README.md and docs/*.md, rendered from the committed result files between cog markers
-# (src/focalcse/report/docs_blocks.py); `make docs-check` (and tests/test_docs_fresh.py) fails on a stale block.
+# (src/focalcse/evidence/docs_blocks.py, bench_blocks.py); `make docs-check` (and tests/test_docs_fresh.py) fails on a stale block.
 DOCS := README.md $(wildcard docs/*.md)
 docs: $(STAMP)
 	$(VENV)/bin/cog -r $(DOCS)

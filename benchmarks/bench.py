@@ -9,7 +9,7 @@ The driver of the measurements, one module each (their docstrings say exactly wh
    cosine + Spearman against ``evaluate_sts`` at bf16 (and fp32, the score reference).
 3. ``loss`` (``focal_overhead.py``): Focal-InfoNCE vs InfoNCE step time in our trainer (alternating
    runs, paired steps on two model copies, and the loss alone).
-4. ``quality`` (``quality.py``, opt-in): STS-B dev after a short run, two training sides over seeds,
+4. ``quality`` (``quality.py``, opt-in): STS-B dev after a short run, one or two training sides over seeds,
    with a paired t-test.
 
 Each is printed as medians and ratios and written to a JSON file and a Markdown table. Shared
@@ -128,11 +128,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _sides(flag: str, value: str, count: int | None = None) -> list[str]:
-    """The training sides named by ``--<flag>`` (``count`` of them if given); SystemExit otherwise."""
+def _sides(flag: str, value: str, counts: tuple[int, ...] | None = None) -> list[str]:
+    """The training sides named by ``--<flag>`` (as many as one of ``counts``, if given); SystemExit
+    otherwise."""
     sides, known = split_list(value), TRAIN_SIDES + PADDED_SIDES + COMPILED_SIDES
-    if any(s not in known for s in sides) or (count is not None and len(sides) != count):
-        how_many = f"{count} of" if count is not None else "some of"
+    if any(s not in known for s in sides) or (counts is not None and len(sides) not in counts):
+        how_many = f"{' or '.join(map(str, counts))} of" if counts is not None else "some of"
         raise SystemExit(f"--{flag} {value!r}: expected {how_many} {', '.join(known)}")
     return sides
 
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = only - set(names)
     if bad:
         raise SystemExit(f"--only: unknown {sorted(bad)}; expected {', '.join(names)}")
-    quality_sides = _sides("quality-sides", args.quality_sides, 2) if "quality" in only else []
+    quality_sides = _sides("quality-sides", args.quality_sides, (1, 2)) if "quality" in only else []
     train_sides = _sides("train-sides", args.train_sides)
     eval_tasks = split_list(args.eval_tasks)
     if any(t not in TASKS for t in eval_tasks):

@@ -5,6 +5,9 @@ Each seed draws its own ``batch_size x quality_steps`` sample from the corpus an
 the training benchmark's workers and settings; the side order alternates from seed to seed. Reports
 each side's STS-B dev per seed, mean +- std, and a paired t-test (first side - second side).
 
+With one side, no test: its per-seed scores are what ``quality_pair.py`` pairs with another code's
+run of the same side and seeds (a change to our trainer cannot be a second side of one run).
+
 Opt-in: ``bench.py --only quality`` (not in the default ``--only``).
 """
 
@@ -45,23 +48,30 @@ def run(bench: Bench, sides: list[str]) -> dict[str, Any]:
 
 
 def summarise(dev: dict[str, list[float]], seeds: list[int], steps: int) -> dict[str, Any]:
-    """STS-B dev after ``steps`` per side and seed, and a paired t-test (first side - second side)."""
+    """STS-B dev after ``steps`` per side and seed, and a paired t-test (first side - second side;
+    none with one side)."""
     from focalcse.eval.stats import paired_ttest, summarize
 
-    first, second = list(dev)
-    return {
+    out: dict[str, Any] = {
         "seeds": seeds,
         "steps": steps,
         "dev": dev,
         "summary": {side: summarize(v).to_dict() for side, v in dev.items()},
-        "test": {"treatment": first, "baseline": second, **paired_ttest(dev[first], dev[second]).to_dict()},
     }
+    if len(dev) == 2:
+        first, second = list(dev)
+        out["test"] = {
+            "treatment": first,
+            "baseline": second,
+            **paired_ttest(dev[first], dev[second]).to_dict(),
+        }
+    return out
 
 
 def markdown(qu: dict[str, Any], report: dict[str, Any]) -> list[str]:
     """RESULTS.md's (QUALITY.md's) quality section (``qu`` = ``report['quality']``)."""
     cfg = report["config"]
-    t = qu["test"]
+    t = qu.get("test")
     lines = [
         f"## Quality: STS-B dev after {qu['steps']} steps, seeds {', '.join(map(str, qu['seeds']))}",
         "",
@@ -79,6 +89,8 @@ def markdown(qu: dict[str, Any], report: dict[str, Any]) -> list[str]:
             + " | ".join(f"{v:.2f}" for v in values)
             + f" | {sm['mean']:.2f} ± {sm['std']:.2f} |"
         )
+    if t is None:
+        return [*lines, ""]
     return lines + [
         "",
         f"{t['treatment']} - {t['baseline']}: {t['mean_diff']:+.2f} (95% CI {t['ci_low']:+.2f} to {t['ci_high']:+.2f}, "

@@ -1,4 +1,4 @@
-"""docs/performance.md's rendered blocks (:mod:`focalcse.report.bench_blocks`): each reads the value
+"""docs/performance.md's rendered blocks (:mod:`focalcse.evidence.bench_blocks`): each reads the value
 its committed benchmark file holds, checked here against independent computations (scipy's paired t
 from the per-seed scores, ratios recomputed from the sentences/s, padding counted by hand), and a
 changed benchmark value makes the document stale."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from focalcse.report import bench_blocks as b
+from focalcse.evidence import bench_blocks as b
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -66,7 +66,7 @@ def test_help_documents_every_preset_key(capsys):
         (["--only", "train,speed"], "--only"),
         (["--eval-tasks", "STS12,STS99"], "--eval-tasks"),
         (["--train-sides", "ours-fp16"], "--train-sides"),
-        (["--only", "quality", "--quality-sides", "ours-bf16"], "--quality-sides"),
+        (["--only", "quality", "--quality-sides", "ours-bf16,st-fp32,st-bf16"], "--quality-sides"),
     ],
 )
 def test_bad_flags_stop_before_any_work(argv, message):
@@ -290,3 +290,64 @@ def test_gpu_check_dropout_verification_passes_on_the_cpu():
     checks = gpu_check.verify_dropout(torch.device("cpu"))
     assert abs(checks["dropout_keep_rate_sigmas"]) < 5
     assert checks["attention_dropout_max_rel_diff"] < 1e-5
+
+
+def test_quality_pair_is_scipys_paired_t_over_the_common_seeds(tmp_path):
+    import quality_pair
+    from scipy import stats
+
+    def run(name, seeds, side, values):
+        path = tmp_path / name
+        path.write_text(json.dumps({"quality": {"seeds": seeds, "dev": {side: values}}}))
+        return f"{path}:{side}"
+
+    after = run("after.json", [1, 2, 3, 4], "ours-bf16", [84.1, 84.3, 83.9, 84.0])
+    before_a = run("a.json", [1, 2], "ours-bf16", [84.0, 84.0])
+    before_b = run("b.json", [3, 5], "ours-bf16", [84.1, 90.0])  # seed 5: no pair; seed 4: none either
+    report = quality_pair.pair([after], [before_a, before_b], "x")
+    assert report["seeds"] == [1, 2, 3]
+    ref = stats.ttest_rel([84.1, 84.3, 83.9], [84.0, 84.0, 84.1])
+    assert report["test"]["p_value"] == pytest.approx(ref.pvalue, rel=1e-12)
+    assert report["test"]["mean_diff"] == pytest.approx(0.2 / 3, rel=1e-9)
+    ci = ref.confidence_interval(0.95)
+    assert (report["test"]["ci_low"], report["test"]["ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    with pytest.raises(SystemExit, match="seed 1 is already given"):
+        quality_pair.pair([after], [before_a, before_a], "x")
+    with pytest.raises(SystemExit, match="has no side"):
+        quality_pair.pair([after.replace("ours-bf16", "st-fp32")], [before_a], "x")
+
+
+def test_a_one_side_quality_run_has_no_test():
+    import quality
+
+    out = quality.summarise({"ours-bf16": [84.0, 84.2]}, [1, 2], 64)
+    assert "test" not in out and out["summary"]["ours-bf16"]["n"] == 2
+
+
+def test_step_levers_times_each_lever_against_what_it_replaced(tmp_path):
+    import step_levers
+
+    out = tmp_path / "levers.json"
+    assert step_levers.main(["--reps", "1", "--out-json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["mmap_threshold_set"] > 0  # glibc here
+    names = list(report["ms"])
+    assert len(names) == 8 and all(v > 0 for v in report["ms"].values())
+    assert sum("(before)" in n for n in names) == 4  # each lever beside what it replaced
+
+
+def test_the_previous_attention_reproduced_in_step_levers_is_the_formula():
+    """step_levers.previous_attend is the pre-363e1df attention: with the same draw as its dropout,
+    the hand formula."""
+    import step_levers
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=gen) for _ in range(3))
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[0, ..., 4:] = False
+    torch.manual_seed(3)
+    got = step_levers.previous_attend(q, k, v, mask)
+    torch.manual_seed(3)
+    probs = ((q @ k.transpose(-1, -2)) / 2).masked_fill(~mask, float("-inf")).softmax(-1)
+    keep = torch.rand(probs.shape) >= step_levers.P
+    torch.testing.assert_close(got, torch.where(keep, probs / 0.9, 0.0) @ v, rtol=1e-5, atol=1e-6)

@@ -1,5 +1,5 @@
 """The numbers of README.md and docs/*.md are rendered from the committed result files (cog blocks
-calling :mod:`focalcse.report.docs_blocks`): the committed text must be what ``make docs`` writes, and
+calling :mod:`focalcse.evidence.docs_blocks`): the committed text must be what ``make docs`` writes, and
 changing one committed result value must make the check fail."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_editing_a_provenance_record_makes_the_check_fail(tmp_path, monkeypatch)
 
 
 def test_a_set_without_its_files_is_refused_naming_the_file(tmp_path, monkeypatch) -> None:
-    from focalcse.report import docs_blocks
+    from focalcse.evidence import docs_blocks
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"docs/nowhere/significance\.json"):
@@ -100,7 +100,7 @@ def test_a_set_without_its_files_is_refused_naming_the_file(tmp_path, monkeypatc
 def test_the_determinism_sentence_says_what_the_runs_gave(tmp_path) -> None:
     import json
 
-    from focalcse.report.docs_blocks import determinism_sentence
+    from focalcse.evidence.docs_blocks import determinism_sentence
 
     rec = {
         "item": "train@x",
@@ -150,7 +150,7 @@ def _set_folder(root: Path, name: str, code: dict[str, str], cpu: str, commit: s
 
 
 def test_the_code_sentence_compares_the_code_the_items_ran(tmp_path, monkeypatch) -> None:
-    from focalcse.report.docs_blocks import code_md5s, code_sentence
+    from focalcse.evidence.docs_blocks import code_md5s, code_sentence
 
     monkeypatch.chdir(tmp_path)
     code = {"src/focalcse/core/training.py": "a1", "stages/train.py": "b1"}
@@ -174,7 +174,7 @@ def test_the_code_sentence_compares_the_code_the_items_ran(tmp_path, monkeypatch
 def test_the_timing_table_reads_each_items_own_files(tmp_path, monkeypatch) -> None:
     import yaml
 
-    from focalcse.report.docs_blocks import timing_table
+    from focalcse.evidence.docs_blocks import timing_table
 
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "sets/one"
@@ -225,7 +225,7 @@ def _lock_with_models(folder: Path, models: dict[str, str]) -> None:
 
 
 def test_the_shared_items_sentence_compares_model_md5s(tmp_path, monkeypatch) -> None:
-    from focalcse.report.docs_blocks import model_md5s, shared_items_sentence
+    from focalcse.evidence.docs_blocks import model_md5s, shared_items_sentence
 
     monkeypatch.chdir(tmp_path)
     _lock_with_models(tmp_path / "sets/one", {"1": "a.dir", "2": "b.dir", "3": "c.dir"})

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from focalcse.cli import main
+from focalcse.evidence.reproduced import load_tolerance, source_paths, tolerance_text
 from focalcse.layout import Layout, companion_file
-from focalcse.report.reproduced import load_tolerance, source_paths, tolerance_text
 
 REPO = Path(__file__).resolve().parents[1]
-START = "<!-- [[[cog from focalcse.report import docs_blocks as d; cog.outl(d.tolerance_sentence()) ]]] -->"
+START = "<!-- [[[cog from focalcse.evidence import docs_blocks as d; cog.outl(d.tolerance_sentence()) ]]] -->"
 END = "<!-- [[[end]]] -->"
 
 

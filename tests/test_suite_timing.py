@@ -55,7 +55,7 @@ def test_cpu_kinds_are_named_as_the_docs_name_them() -> None:
 
 
 def test_the_sentence_says_counts_times_and_the_target(tmp_path) -> None:
-    from focalcse.report.docs_blocks import suite_sentence
+    from focalcse.evidence.docs_blocks import suite_sentence
 
     rec = {
         "command": ".ci/run",

@@ -144,7 +144,7 @@ def _params_check(args: argparse.Namespace) -> int:
 
 def _reproduced(args: argparse.Namespace) -> int:
     from focalcse.atomic import write_json
-    from focalcse.report.reproduced import lines, reproduced
+    from focalcse.evidence.reproduced import lines, reproduced
 
     cmp = reproduced(args.root, args.against, args.of)
     print("\n".join(lines(cmp)))

@@ -10,9 +10,10 @@
   :data:`SECTIONS` order;
 * :mod:`~focalcse.report.render`: the document model, Markdown and HTML;
 * :mod:`~focalcse.report.figures`: the PNGs (matplotlib);
-* :mod:`~focalcse.report.build`: :func:`build_report`, which writes it all atomically;
-* :mod:`~focalcse.report.reproduced`: ``focalcse reproduced``, the report's tables of a rerun against
-  the committed result files, within a measured tolerance.
+* :mod:`~focalcse.report.build`: :func:`build_report`, which writes it all atomically.
+
+What reads these results outside the pipeline (the documents' numbers, ``focalcse reproduced``) is
+:mod:`focalcse.evidence`.
 """
 
 from __future__ import annotations

@@ -433,22 +433,37 @@ def _part(report: dict[str, Any], part: str) -> str:
     return f"{report['seconds'][part] / steps:.3f} ({100 * report['share'][part]:.1f} %)"
 
 
-def profile_pair_table(padded: str | Path, unpadded: str | Path) -> str:
-    """Seconds per step and share of the hooked step for each part, the padded forward against the
-    unpadded one (two ``profile_step.py`` files)."""
+def profile_pair_table(
+    padded: str | Path, unpadded: str | Path, labels: tuple[str, str] = ("padded", "unpadded")
+) -> str:
+    """Seconds per step and share of the hooked step for each part, before against after (two
+    ``profile_step.py`` files; by default the padded forward against the unpadded one)."""
     a, b = load(padded), load(unpadded)
     parts = list(dict.fromkeys([*a["seconds"], *b["seconds"]]))
     rows = [
         [p, _part(a, p) if p in a["seconds"] else "–", _part(b, p) if p in b["seconds"] else "–"]
         for p in parts
     ]
-    return _md(["part of the step", "padded", "unpadded"], rows)
+    return _md(["part of the step", *labels], rows)
 
 
-def profile_medians(padded: str | Path, unpadded: str | Path) -> str:
+def profile_medians(
+    padded: str | Path, unpadded: str | Path, labels: tuple[str, str] = ("padded", "unpadded")
+) -> str:
     """The two files' median step without the hooks and their ratio."""
     a, b = load(padded)["step_seconds_plain"], load(unpadded)["step_seconds_plain"]
-    return f"**{a:.3f} s padded, {b:.3f} s unpadded** ({ratio(a / b)})"
+    return f"**{a:.3f} s {labels[0]}, {b:.3f} s {labels[1]}** ({ratio(a / b)})"
+
+
+def profile_compiled(compiled: str | Path, eager: str | Path) -> str:
+    """``profile_step.py --compile`` against the same code's eager profile: median steps, and the first
+    step (compilation included)."""
+    c, e = load(compiled), load(eager)
+    return (
+        f"{c['precision']}: {c['step_seconds_plain']:.3f} s a step compiled against {e['step_seconds_plain']:.3f} s "
+        f"eager ({ratio(e['step_seconds_plain'] / c['step_seconds_plain'])} of eager's speed), the first step "
+        f"{c['first_step_seconds']:.1f} s (compilation included; {e['first_step_seconds']:.1f} s eager)"
+    )
 
 
 def _seconds(report: dict[str, Any], *parts: str) -> float:

@@ -658,6 +658,6 @@ def suite_sentence(path: str | Path = TEST_SUITE_FILE, root: str | Path | None =
 def tolerance_sentence(root: str | Path | None = None) -> str:
     """Where `focalcse reproduced`'s tolerance comes from (the recorded cross-CPU-kind comparison, or
     exact matching without one), as the command prints it."""
-    from focalcse.report.reproduced import load_tolerance, tolerance_text
+    from focalcse.evidence.reproduced import load_tolerance, tolerance_text
 
     return tolerance_text(load_tolerance(Layout.at(Path.cwd() if root is None else Path(root))))
