@@ -936,9 +936,22 @@ def determinism(args: argparse.Namespace) -> int:
         metrics = next(
             o["path"] for o in outs if o["path"].startswith("metrics/train/") and ".meta." not in o["path"]
         )
-        final_loss = json.loads((root / metrics).read_text())["final_loss"]
+        train = json.loads((root / metrics).read_text())
+        final_loss = train["final_loss"]
+        # the item's own timing: its steps only (no dev evaluation), as the train metrics record it
+        timing = {
+            k: train[k]
+            for k in ("train_seconds", "sentences_per_second", "step_seconds_median")
+            if k in train
+        }
         runs.append(
-            {"run": n, "wall_s": round(wall), "model_md5": _model_md5(outs), "final_loss": final_loss}
+            {
+                "run": n,
+                "wall_s": round(wall),
+                "model_md5": _model_md5(outs),
+                "final_loss": final_loss,
+                **timing,
+            }
         )
         print(
             f"run {n}/{args.runs}: {runs[-1]['model_md5']}  final loss {final_loss!r}  {wall:.0f} s",

@@ -182,3 +182,85 @@ def test_the_roofline_share_is_flops_over_step_time_over_the_best_gemm():
             f"`{side}` {tr[side]['median_step_ms'] / 1e3:.3f} s a step, {tflops:.3f} TFLOP/s, {100 * share:.0f} %"
             in text
         )
+
+
+def test_the_step_levers_table_pairs_each_lever_with_what_it_replaced():
+    r = json.loads(Path("benchmarks/step_levers.json").read_text())
+    rows = [line.split(" | ") for line in b.step_levers_table().splitlines()[2:] if line.startswith("| ")]
+    names = list(r["ms"])
+    assert len(rows) == len(names) // 2 == 4
+    for row, before, after in zip(rows, names[::2], names[1::2], strict=True):
+        assert "(before)" in before and "(before)" not in after
+        assert row[1].startswith(f"{r['ms'][before]:.2f} (") and row[2].startswith(f"{r['ms'][after]:.2f} (")
+        assert row[3].strip(" |") == f"{r['ms'][before] / r['ms'][after]:.2f}×"
+
+
+def test_the_compiled_profile_sentence_is_the_two_files_medians():
+    c = json.loads(Path("benchmarks/profile_step_bf16_compiled.json").read_text())
+    e = json.loads(Path("benchmarks/profile_step_bf16_363e1df.json").read_text())
+    text = b.profile_compiled(
+        "benchmarks/profile_step_bf16_compiled.json", "benchmarks/profile_step_bf16_363e1df.json"
+    )
+    assert (
+        f"{c['step_seconds_plain']:.3f} s a step compiled against {e['step_seconds_plain']:.3f} s eager"
+        in text
+    )
+    assert f"{e['step_seconds_plain'] / c['step_seconds_plain']:.2f}× of eager's speed" in text
+    assert f"first step {c['first_step_seconds']:.1f} s" in text
+
+
+def test_side_moved_divides_the_two_files_rates():
+    a = json.loads(Path("benchmarks/history/train_results_1e7807a.json").read_text())["train"]
+    c = json.loads(Path("benchmarks/train_results.json").read_text())["train"]
+    text = b.side_moved("benchmarks/history/train_results_1e7807a.json", "benchmarks/train_results.json")
+    for side in ("st-bf16", "ours-bf16"):
+        x, y = a[side]["sentences_per_second"], c[side]["sentences_per_second"]
+        assert f"`{side}` {x:.1f} → {y:.1f} ({y / x:.2f}×)" in text
+
+
+def test_the_readme_speed_line_is_the_best_of_sentence_transformers_ratio():
+    tr = json.loads(Path("benchmarks/train_best_results.json").read_text())["train"]
+    text = b.train_best_brief("benchmarks/train_best_results.json")
+    for p in ("bf16", "fp32"):
+        assert f"**{tr[f'ours-{p}'][f'speedup_vs_st_{p}_best']:.2f}×** in {p}" in text
+
+
+def test_the_item_timing_sentence_reads_both_probe_files(tmp_path):
+    def probe(name, commit, walls, rates=None):
+        runs = [
+            {"wall_s": w, **({"sentences_per_second": r, "step_seconds_median": 64 / r} if rates else {})}
+            for w, r in zip(walls, rates or walls, strict=True)
+        ]
+        doc = {
+            "item": "train@x",
+            "command": "dvc repro --force -s train@x",
+            "commit": commit,
+            "cpu_model": "CPU",
+            "runs": runs,
+        }
+        (tmp_path / name).write_text(json.dumps(doc))
+        return str(tmp_path / name)
+
+    text = b.item_timing(
+        probe("a.json", "old", [98, 90]),
+        probe("c.json", "new", [80, 84], [120.0, 126.0]),
+        "benchmarks/train_best_results.json",
+    )
+    assert "took 90–98 s at `old` (2 runs) and 80–84 s at `new` (2 runs)" in text
+    assert "120.0–126.0 sentences/s (median step 508–533 ms)" in text
+
+
+def test_the_quality_baseline_check_compares_the_seeds_score(tmp_path):
+    pair = tmp_path / "pair.json"
+    pair.write_text(
+        json.dumps({"seeds": [1, 2], "dev": {"treatment": [84.0, 84.1], "baseline": [84.25, 84.0]}})
+    )
+    check = tmp_path / "check.json"
+    check.write_text(
+        json.dumps({"note": "x, commit abc1234", "quality": {"seeds": [1], "dev": {"ours-bf16": [84.25]}}})
+    )
+    assert "the same score, float for float" in b.quality_before_check(pair, check)
+    check.write_text(
+        json.dumps({"note": "x, commit abc1234", "quality": {"seeds": [1], "dev": {"ours-bf16": [84.3]}}})
+    )
+    assert "84.3 against 84.25" in b.quality_before_check(pair, check)

@@ -245,3 +245,31 @@ def test_the_shared_items_sentence_compares_model_md5s(tmp_path, monkeypatch) ->
     _lock_with_models(tmp_path / "sets/three", {"1": "a.dir", "2": "x.dir"})
     said = shared_items_sentence("sets/one", "sets/three")
     assert "1 have another model md5" in said and "`train@simcse-b-infonce-2`" in said, said
+
+
+def test_the_checkout_code_sentence_names_each_code_file_that_moved(tmp_path, monkeypatch) -> None:
+    """Against the md5s the sets' dvc.lock files record: equal files say so; an edited one is named."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from focalcse.evidence import docs_blocks
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/a.py").write_text("a = 1\n")
+    (tmp_path / "src/b.py").write_text("b = 1\n")
+    md5 = {p: hashlib.md5((tmp_path / p).read_bytes()).hexdigest() for p in ("src/a.py", "src/b.py")}
+    locks = {"one": {**md5, "src/pkg": "0" * 32 + ".dir"}, "two": {"src/a.py": md5["src/a.py"]}}
+    monkeypatch.setattr(docs_blocks, "code_md5s", lambda name, stages=None: locks[name])
+    monkeypatch.setattr(
+        docs_blocks,
+        "result_set",
+        lambda name, root=None: SimpleNamespace(layout=SimpleNamespace(root=tmp_path)),
+    )
+    same = docs_blocks.checkout_code_sentence(["one", "two"])
+    assert "is the code that produced" in same and "all 2 code files" in same
+    (tmp_path / "src/b.py").write_text("b = 2\n")
+    moved = docs_blocks.checkout_code_sentence(["one", "two"])
+    assert "is not the code" in moved and "1 of the 2" in moved and "`src/b.py`" in moved
+    locks["two"] = {"src/a.py": "f" * 32}  # one set recorded another content: not this checkout's either
+    (tmp_path / "src/b.py").write_text("b = 1\n")
+    assert "`src/a.py`" in docs_blocks.checkout_code_sentence(["one", "two"])

@@ -456,6 +456,13 @@ def check_report(report_dir: Path, metrics: Path, params: Params, commit: str) -
     walls += [hn["wall_seconds"]] if hn is not None else []
     m = re.search(rf"Wall time: \d+:\d\d:\d\d \(({NUM}) s\)", md)
     assert m and float(m.group(1)) == pytest.approx(sum(walls), abs=0.051)
+    if hn is not None:  # one file per backbone x loss item, counted as such
+        n = sum(
+            (metrics / "hard_negatives" / f"{b}-{loss}.json").is_file()
+            for b in sw.backbones
+            for loss in sw.losses
+        )
+        assert f"hard_negatives {hn['wall_seconds']:.1f} s ({n} file{'s' if n != 1 else ''})" in md
     return tables
 
 

@@ -196,6 +196,86 @@ def train_best(path: str | Path, bars: dict[str, float]) -> str:
     return text
 
 
+def side_moved(before: str | Path, after: str | Path) -> str:
+    """Each side both training files hold: sentences/s in the first and in the second, and the ratio.
+    Sentence-transformers' sides ran the same code in both, so their move is the machine's."""
+    a, b = _train(before)[1], _train(after)[1]
+    cells = [
+        f"`{side}` {a[side]['sentences_per_second']:.1f} → {b[side]['sentences_per_second']:.1f} "
+        f"({ratio(b[side]['sentences_per_second'] / a[side]['sentences_per_second'])})"
+        for side in a
+        if side in b
+    ]
+    return (
+        f"Sentences/s from [{Path(before).name}](../{before}) to [{Path(after).name}](../{after}), same "
+        f"machine kind: {', '.join(cells)}. Sentence-transformers ran the same code in both, so its "
+        "sides' move is the machine's from one run to the other; the ratios above compare sides of one run."
+    )
+
+
+def train_best_brief(path: str | Path) -> str:
+    """One line for the README: ours against sentence-transformers at its best, per precision, with the
+    machine and the commit the benchmark ran."""
+    report, tr = _train(path)
+    parts = [
+        f"**{ratio(tr[f'ours-{p}'][f'speedup_vs_st_{p}_best'])}** in {p}"
+        for p in ("bf16", "fp32")
+        if f"speedup_vs_st_{p}_best" in tr.get(f"ours-{p}", {})
+    ]
+    m = report["machine"]
+    commit = (report.get("note") or "").rpartition("commit ")[2] or "not recorded"
+    return (
+        f"Training runs {' and '.join(parts)} as many sentences per second as sentence-transformers at its "
+        "best setting (the faster of its eager and `torch_compile` trainers), same backbone, batch, data and "
+        f"precision ({m['cpu_model']}, {m['cpu_count']} cores, {commit}; "
+        "[docs/performance.md](docs/performance.md))."
+    )
+
+
+def item_timing(before: str | Path, after: str | Path, bench: str | Path, side: str = "ours-bf16") -> str:
+    """One CPU-default train item rerun with ``dvc repro --force -s`` by two codes (two
+    ``scripts/probe.py determinism`` files): the stage's wall time per run, and for the later code the
+    item's own steps (its train metrics: sentences/s, median step) against the benchmark's ``side``."""
+    a, c = load(before), load(after)
+    _, tr = _train(bench)
+
+    def walls(r: dict[str, Any]) -> str:
+        w = [run["wall_s"] for run in r["runs"]]
+        return f"{min(w)}–{max(w)} s" if min(w) != max(w) else f"{w[0]} s"
+
+    runs = c["runs"]
+    rates = [run["sentences_per_second"] for run in runs if "sentences_per_second" in run]
+    steps = [run["step_seconds_median"] for run in runs if "step_seconds_median" in run]
+    text = (
+        f"`{c['item']}` (`{c['command']}`: start-up, the dev evaluations and saving included) took "
+        f"{walls(a)} at `{a['commit']}` ({len(a['runs'])} runs) and {walls(c)} at `{c['commit']}` "
+        f"({len(runs)} runs), {c['cpu_model']}."
+    )
+    if rates and steps:
+        text += (
+            f" Inside the item at `{c['commit']}`, its steps ran {min(rates):.1f}–{max(rates):.1f} sentences/s "
+            f"(median step {1e3 * min(steps):.0f}–{1e3 * max(steps):.0f} ms) against the benchmark's `{side}` "
+            f"{tr[side]['sentences_per_second']:.1f} sentences/s (median step {tr[side]['median_step_ms']:.0f} ms)."
+        )
+    return text
+
+
+def item_rates(pattern: str) -> str:
+    """The spread of the checkout's train items' sentences/s (``pattern`` under the working directory),
+    each item named by seed and loss."""
+    files = sorted(p for p in Path().glob(pattern) if not p.name.endswith(".meta.json"))
+    rates = {p.stem: json.loads(p.read_text())["sentences_per_second"] for p in files}
+    commits = sorted(
+        {json.loads(m.read_text()).get("git_commit", "?")[:7] for p in files if (m := p.with_suffix(".meta.json")).is_file()}
+    )
+    lo, hi = min(rates.values()), max(rates.values())
+    each = ", ".join(f"{rates[k]:.0f}" for k in rates)
+    return (
+        f"{lo:.1f} to {hi:.1f} sentences/s ({each}, in the order of {', '.join(f'`{k}`' for k in rates)}; "
+        f"code of {', '.join(f'`{c}`' for c in commits) or 'an unrecorded commit'})"
+    )
+
+
 def train_machine(path: str | Path = "benchmarks/train_results.json") -> str:
     """Where and how the training benchmark ran: its command, CPU, library versions and wall time."""
     report = load(path)
@@ -346,6 +426,25 @@ def quality_brief(path: str | Path, key: str = "test", bound: float = 0.2) -> st
     )
 
 
+def quality_before_check(
+    pair: str | Path, check: str | Path = "benchmarks/quality_2b4af07_seed1.json"
+) -> str:
+    """Is the paired baseline (an older code's run) what the code just before the change gives? ``check``
+    is that code's run of the same side on a seed of the pair; its score against the baseline's."""
+    pr, ck = load(pair), load(check)
+    q = ck["quality"]
+    side = next(iter(q["dev"]))
+    seed, got = q["seeds"][0], q["dev"][side][0]
+    base = dict(zip(pr["seeds"], pr["dev"]["baseline"], strict=True))[seed]
+    commit = (ck.get("note") or "").rpartition("commit ")[2] or "?"
+    same = "the same score, float for float" if got == base else f"{got!r} against {base!r}"
+    return (
+        f"The baseline's code is the one the levers changed: `{side}` seed {seed} trained by the code just "
+        f"before them (commit {commit}, [{Path(check).name}](../{check})) gives {same} as in the baseline "
+        f"({base:.2f})."
+    )
+
+
 def value(path: str | Path, key: str, spec: str = ".2f", suffix: str = "") -> str:
     """One number of a benchmark file, by its dotted key (``"eval.sides.ours-bf16.seconds"``)."""
     node: Any = load(path)
@@ -426,6 +525,31 @@ def lever_ms(name: str, path: str | Path = "benchmarks/levers.json") -> str:
     if name not in ms:
         raise KeyError(f"lever {name!r} is not in {path} (it has {sorted(ms)})")
     return f"{ms[name]:.1f}"
+
+
+def step_levers_table(path: str | Path = "benchmarks/step_levers.json") -> str:
+    """``benchmarks/step_levers.py``'s pairs (each lever after what it replaced, in the file's order):
+    milliseconds before and after, and the ratio."""
+    r = load(path)
+    names = list(r["ms"])
+    rows = []
+    for before, after in zip(names[::2], names[1::2], strict=True):
+        what, _, how_before = before.partition(", ")
+        _, _, how_after = after.partition(", ")
+        a, b = r["ms"][before], r["ms"][after]
+        rows.append(
+            [
+                what,
+                f"{a:.2f} ({how_before.removesuffix(' (before)')})",
+                f"{b:.2f} ({how_after})",
+                ratio(a / b),
+            ]
+        )
+    head = [f"lever ({r['threads']} threads, median of {r['reps']}; ms)", "before", "after", "before / after"]
+    return (
+        _md(head, rows)
+        + f"\n\n{r['machine']['cpu_model']}, torch {r['machine']['torch']}, `{r['command']}`, commit {r['commit']}."
+    )
 
 
 def _part(report: dict[str, Any], part: str) -> str:

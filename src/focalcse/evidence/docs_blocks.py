@@ -243,7 +243,7 @@ def gap_sentence(name: str, loss: str = "focal_infonce", framework: str = REFERE
         text += " (ahead on every seed)" if ahead else ""
     holm = [k for k in sig["holm_family"] if k in tests]
     below = [k for k in holm if tests[k].get("significant_holm")]
-    text += f". {len(below)} of the {len(holm)} columns are below {sig['alpha']} after Holm"
+    text += f". {len(below)} of the {len(holm)} columns {'is' if len(below) == 1 else 'are'} below {sig['alpha']} after Holm"
     if 0 < len(below) < len(holm):
         text += f" ({', '.join(column_label(k) for k in below)})"
     return text + "."
@@ -503,6 +503,38 @@ def shared_items_sentence(a: str, b: str) -> str:
     )
 
 
+def checkout_code_sentence(names: Sequence[str], stages: Sequence[str] = CODE_STAGES) -> str:
+    """Is this checkout's ``stages`` code the code that produced the committed sets ``names``? Each
+    code file their ``dvc.lock`` files record (directories aside), md5 by md5 against the file as it
+    is now: a code change that can move a result shows here until the sets are regenerated."""
+    import hashlib
+
+    root = result_set(names[0]).layout.root if result_set(names[0]).layout else Path(".")
+    recorded: dict[str, set[str]] = {}
+    for name in names:
+        for path, md5 in (code_md5s(name, stages) or {}).items():
+            if not md5.endswith(".dir"):
+                recorded.setdefault(path, set()).add(md5)
+    changed = sorted(
+        path
+        for path, md5s in recorded.items()
+        if not (root / path).is_file() or {hashlib.md5((root / path).read_bytes()).hexdigest()} != md5s
+    )
+    what = " and ".join(stages)
+    sets = ", ".join(f"`{n}`" for n in names)
+    if not changed:
+        return (
+            f"This checkout's {what} code is the code that produced the committed sets ({sets}): all "
+            f"{len(recorded)} code files their dvc.lock files record have the same md5 here."
+        )
+    return (
+        f"**This checkout's {what} code is not the code that produced the committed sets** ({sets}): "
+        f"{len(changed)} of the {len(recorded)} code files their dvc.lock files record differ here "
+        f"({', '.join(f'`{p}`' for p in changed)}). Rerunning them gives other models and numbers "
+        "until the sets are regenerated on this code."
+    )
+
+
 def code_sentence(a: str, b: str, stages: Sequence[str] = CODE_STAGES) -> str:
     """Did sets ``a`` and ``b`` train and evaluate with the same code on the same CPU kind? The code
     files their ``train``/``evaluate`` items depend on, md5 by md5 from the two ``dvc.lock`` files, and
@@ -623,12 +655,14 @@ def determinism_sentence(path: str | Path = DETERMINISM_FILE, root: str | Path |
         else f"they gave {len(md5s)} distinct model folders ({', '.join(f'`{m}`' for m in md5s)}) and "
         f"{len(losses)} distinct final losses"
     )
-    committed = rec.get("committed_md5")
-    if committed:  # the item's md5 in the committed dvc.lock (the set's own results)
+    # the item's md5 in the default set's dvc.lock as committed now (the probe recorded the one at its
+    # time, which a later regeneration replaces)
+    committed = (model_md5s("default") or {}).get(rec["item"]) if root is None else rec.get("committed_md5")
+    if committed:
         verdict += (
             "; the committed dvc.lock holds the same model md5"
             if md5s == [committed]
-            else f"; the committed dvc.lock holds `{committed}`"
+            else f"; the committed dvc.lock holds `{committed}` (its set ran other code or another CPU kind)"
         )
     return (
         f"`{rec['item']}` trained {len(runs)} times from scratch (`{rec['command']}`) at commit "

@@ -47,7 +47,10 @@ WORKDIR_ENV = "FOCALCSE_WORKDIR"  # where a worker keeps its checkouts and share
 DEFAULT_WORKDIR = Path("~/.cache/focalcse/pool")
 # Files the pipeline itself rewrites in a checkout; they may differ from the commit.
 _LAYOUT = Layout()
-PIPELINE_OUTPUTS = ("dvc.lock", f"{_LAYOUT.metrics_dir}/", f"{_LAYOUT.reports_dir}/")  # what a run may change
+# What a run of the default set may change. Narrower than focalcse.provenance.PIPELINE_OUTPUTS (which
+# also takes sets/ as outputs): a set folder's params.yaml and dvc.yaml say what workers run, so an
+# uncommitted edit there must stop the pool.
+PIPELINE_OUTPUTS = ("dvc.lock", f"{_LAYOUT.metrics_dir}/", f"{_LAYOUT.reports_dir}/")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
 

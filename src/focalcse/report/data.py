@@ -173,13 +173,15 @@ def _ablation_item(items: list[dict[str, Any]], kind: str, value: float) -> dict
 def merge_items(items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """One document of every ``hard_negatives`` item (one per backbone × loss, each holding the
     starting model's and its loss's cosines): per backbone the pairs with every model's cosine, the
-    mean cosines and the models; ``wall_seconds`` summed, every item's ``meta`` under ``metas``.
+    mean cosines and the models; ``wall_seconds`` summed (each item's in ``item_wall_seconds``), every
+    item's ``meta`` under ``metas``.
     The items of one backbone must have chosen the same pairs (same starting model and params)."""
     if not items:
         return None
     first = items[0]
     out: dict[str, Any] = {k: first[k] for k in ("split", "max_gold", "k", "seed")}
     out["backbones"], out["wall_seconds"], out["metas"] = {}, 0.0, []
+    out["item_wall_seconds"] = [it["wall_seconds"] for it in items if "wall_seconds" in it]  # one per item
     for it in items:
         loss, b = it["loss"], it["backbone"]
         entry = out["backbones"].setdefault(

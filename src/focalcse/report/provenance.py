@@ -43,8 +43,8 @@ def wall_times(data: ReportData) -> dict[str, tuple[float, int]]:
             if r.get("meta", {}).get("wall_time_s") is not None
         ],
         "ablate_tau / ablate_m": [it["wall_seconds"] for it in _ablation_items(data) if "wall_seconds" in it],
-        "hard_negatives": [data.hard_negatives["wall_seconds"]]
-        if data.hard_negatives and "wall_seconds" in data.hard_negatives
+        "hard_negatives": list(data.hard_negatives.get("item_wall_seconds", []))
+        if data.hard_negatives
         else [],
     }
     return {k: (float(sum(v)), len(v)) for k, v in out.items()}
