@@ -168,10 +168,19 @@ def train_best(path: str | Path, bars: dict[str, float]) -> str:
         best = ours[f"speedup_vs_st_{precision}_best"]
         rival = ours[f"st_{precision}_best_side"]
         bar = bars.get(precision)
-        verdict = "" if bar is None else f", {'at or above' if best >= bar else 'below'} the {bar:g}× asked"
+        verdict = "" if bar is None else f"; the median {'at or above' if best >= bar else 'below'} the {bar:g}× asked"
+        reps = [
+            a / b
+            for a, b in zip(
+                ours.get("sentences_per_second_per_rep") or [],
+                tr[rival].get("sentences_per_second_per_rep") or [],
+                strict=False,
+            )
+        ]
+        each = f"; the repetitions' ratios {', '.join(f'{r:.2f}' for r in reps)}" if len(reps) > 1 else ""
         parts.append(
             f"**{ratio(best)}** in {precision} ({ours['sentences_per_second']:.1f} against "
-            f"{tr[rival]['sentences_per_second']:.1f} sentences/s of `{rival}`{verdict})"
+            f"{tr[rival]['sentences_per_second']:.1f} sentences/s of `{rival}`{each}{verdict})"
         )
 
     def excess(name: str, s: dict[str, Any]) -> str:  # each repetition's start-up, for a compiled side
