@@ -266,10 +266,13 @@ def test_the_checkout_code_sentence_names_each_code_file_that_moved(tmp_path, mo
         lambda name, root=None: SimpleNamespace(layout=SimpleNamespace(root=tmp_path)),
     )
     same = docs_blocks.checkout_code_sentence(["one", "two"])
-    assert "is the code that produced" in same and "all 2 code files" in same
+    assert "is the code that produced every committed set" in same and "all 2 code files" in same
     (tmp_path / "src/b.py").write_text("b = 2\n")
     moved = docs_blocks.checkout_code_sentence(["one", "two"])
-    assert "is not the code" in moved and "1 of the 2" in moved and "`src/b.py`" in moved
+    assert "is not the code that produced** `one` (1 of its code files differ here: `src/b.py`)" in moved
+    assert "`two` ran this checkout's" in moved  # it records a.py only
     locks["two"] = {"src/a.py": "f" * 32}  # one set recorded another content: not this checkout's either
     (tmp_path / "src/b.py").write_text("b = 1\n")
-    assert "`src/a.py`" in docs_blocks.checkout_code_sentence(["one", "two"])
+    assert "`two` (1 of its code files differ here: `src/a.py`)" in docs_blocks.checkout_code_sentence(
+        ["one", "two"]
+    )

@@ -168,7 +168,11 @@ def train_best(path: str | Path, bars: dict[str, float]) -> str:
         best = ours[f"speedup_vs_st_{precision}_best"]
         rival = ours[f"st_{precision}_best_side"]
         bar = bars.get(precision)
-        verdict = "" if bar is None else f"; the median {'at or above' if best >= bar else 'below'} the {bar:g}× asked"
+        verdict = (
+            ""
+            if bar is None
+            else f"; the median {'at or above' if best >= bar else 'below'} the {bar:g}× asked"
+        )
         reps = [
             a / b
             for a, b in zip(
@@ -236,7 +240,7 @@ def train_best_brief(path: str | Path) -> str:
     return (
         f"Training runs {' and '.join(parts)} as many sentences per second as sentence-transformers at its "
         "best setting (the faster of its eager and `torch_compile` trainers), same backbone, batch, data and "
-        f"precision ({m['cpu_model']}, {m['cpu_count']} cores, {commit}; "
+        f"precision ({m['cpu_model']}, {m['cpu_count']} cores, commit {commit}; "
         "[docs/performance.md](docs/performance.md))."
     )
 
@@ -269,20 +273,33 @@ def item_timing(before: str | Path, after: str | Path, bench: str | Path, side: 
     return text
 
 
-def item_rates(pattern: str) -> str:
-    """The spread of the checkout's train items' sentences/s (``pattern`` under the working directory),
-    each item named by seed and loss."""
-    files = sorted(p for p in Path().glob(pattern) if not p.name.endswith(".meta.json"))
-    rates = {p.stem: json.loads(p.read_text())["sentences_per_second"] for p in files}
-    commits = sorted(
-        {json.loads(m.read_text()).get("git_commit", "?")[:7] for p in files if (m := p.with_suffix(".meta.json")).is_file()}
-    )
+def _items(source: str) -> dict[str, dict[str, Any]]:
+    """Train items' metrics: a snapshot file (``{"items": {name: fields}}``) or a glob of metrics files
+    (each with its ``git_commit`` from the ``.meta.json`` beside it)."""
+    if source.endswith(".json") and Path(source).is_file():
+        return load(source)["items"]
+    items = {}
+    for path in sorted(p for p in Path().glob(source) if not p.name.endswith(".meta.json")):
+        doc = json.loads(path.read_text())
+        meta = path.with_suffix(".meta.json")
+        doc["git_commit"] = json.loads(meta.read_text()).get("git_commit", "?") if meta.is_file() else "?"
+        items[path.stem] = doc
+    return items
+
+
+def item_rates(source: str) -> str:
+    """The spread of a run's train items' sentences/s (and of their median step, where recorded), each
+    item named, with the commit that produced them (``source``: see :func:`_items`)."""
+    items = _items(source)
+    rates = {k: v["sentences_per_second"] for k, v in items.items()}
+    commits = sorted({str(v.get("git_commit", "?"))[:7] for v in items.values()})
     lo, hi = min(rates.values()), max(rates.values())
     each = ", ".join(f"{rates[k]:.0f}" for k in rates)
-    return (
-        f"{lo:.1f} to {hi:.1f} sentences/s ({each}, in the order of {', '.join(f'`{k}`' for k in rates)}; "
-        f"code of {', '.join(f'`{c}`' for c in commits) or 'an unrecorded commit'})"
-    )
+    text = f"{lo:.1f} to {hi:.1f} sentences/s ({each}, in the order of {', '.join(f'`{k}`' for k in rates)}"
+    steps = [v["step_seconds_median"] for v in items.values() if v.get("step_seconds_median")]
+    if steps:
+        text += f"; median step {1e3 * min(steps):.0f}–{1e3 * max(steps):.0f} ms"
+    return text + f"; code of {', '.join(f'`{c}`' for c in commits)})"
 
 
 def train_machine(path: str | Path = "benchmarks/train_results.json") -> str:

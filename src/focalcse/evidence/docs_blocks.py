@@ -504,35 +504,56 @@ def shared_items_sentence(a: str, b: str) -> str:
 
 
 def checkout_code_sentence(names: Sequence[str], stages: Sequence[str] = CODE_STAGES) -> str:
-    """Is this checkout's ``stages`` code the code that produced the committed sets ``names``? Each
-    code file their ``dvc.lock`` files record (directories aside), md5 by md5 against the file as it
-    is now: a code change that can move a result shows here until the sets are regenerated."""
+    """Is this checkout's ``stages`` code the code that produced each committed set of ``names``? Each
+    code file a set's ``dvc.lock`` records (directories aside), md5 by md5 against the file as it is
+    now: a code change that can move a result shows here, per set, until the set is regenerated."""
     import hashlib
 
-    root = result_set(names[0]).layout.root if result_set(names[0]).layout else Path(".")
-    recorded: dict[str, set[str]] = {}
+    current: dict[str, str | None] = {}
+
+    def now(root: Path, path: str) -> str | None:
+        if path not in current:
+            f = root / path
+            current[path] = hashlib.md5(f.read_bytes()).hexdigest() if f.is_file() else None
+        return current[path]
+
+    same, moved = [], {}
+    total = set()
     for name in names:
-        for path, md5 in (code_md5s(name, stages) or {}).items():
-            if not md5.endswith(".dir"):
-                recorded.setdefault(path, set()).add(md5)
-    changed = sorted(
-        path
-        for path, md5s in recorded.items()
-        if not (root / path).is_file() or {hashlib.md5((root / path).read_bytes()).hexdigest()} != md5s
-    )
+        rs = result_set(name)
+        root = rs.layout.root if rs.layout else Path(".")
+        while root.name and (root / "..").resolve() != root.resolve() and not (root / "src").is_dir():
+            root = root.parent  # a set folder's code paths are the repository's
+        files = {p: m for p, m in (code_md5s(name, stages) or {}).items() if not m.endswith(".dir")}
+        total |= set(files)
+        changed = sorted(p for p, m in files.items() if now(root, p) != m)
+        if changed:
+            moved[name] = changed
+        else:
+            same.append(name)
     what = " and ".join(stages)
-    sets = ", ".join(f"`{n}`" for n in names)
-    if not changed:
+    if not moved:
         return (
-            f"This checkout's {what} code is the code that produced the committed sets ({sets}): all "
-            f"{len(recorded)} code files their dvc.lock files record have the same md5 here."
+            f"This checkout's {what} code is the code that produced every committed set "
+            f"({', '.join(f'`{n}`' for n in names)}): all {len(total)} code files their dvc.lock files "
+            "record have the same md5 here."
         )
-    return (
-        f"**This checkout's {what} code is not the code that produced the committed sets** ({sets}): "
-        f"{len(changed)} of the {len(recorded)} code files their dvc.lock files record differ here "
-        f"({', '.join(f'`{p}`' for p in changed)}). Rerunning them gives other models and numbers "
-        "until the sets are regenerated on this code."
+    groups: dict[tuple[str, ...], list[str]] = {}  # sets with the same files moved, named together
+    for n, files in moved.items():
+        groups.setdefault(tuple(files), []).append(n)
+    parts = [
+        f"{', '.join(f'`{n}`' for n in sets)} ({len(files)} of {'its' if len(sets) == 1 else 'their'} code "
+        f"files differ here: {', '.join(f'`{p}`' for p in files)})"
+        for files, sets in groups.items()
+    ]
+    text = (
+        f"**This checkout's {what} code is not the code that produced** {'; '.join(parts)}. Rerunning "
+        f"{'it' if len(moved) == 1 else 'them'} on this code gives other models and numbers until "
+        f"{'it is' if len(moved) == 1 else 'they are'} regenerated."
     )
+    if same:
+        text += f" {', '.join(f'`{n}`' for n in same)} ran this checkout's {what} code (every recorded md5 equal)."
+    return text
 
 
 def code_sentence(a: str, b: str, stages: Sequence[str] = CODE_STAGES) -> str:
