@@ -276,3 +276,30 @@ def test_the_checkout_code_sentence_names_each_code_file_that_moved(tmp_path, mo
     assert "`two` (1 of its code files differ here: `src/a.py`)" in docs_blocks.checkout_code_sentence(
         ["one", "two"]
     )
+
+
+def test_the_rerun_sentence_counts_failed_tables_and_changed_verdicts(tmp_path) -> None:
+    from focalcse.evidence.docs_blocks import rerun_sentence
+
+    def table(diff, tol, verdicts=0, changed=()):
+        return {
+            "max_diff": diff,
+            "tolerance": tol,
+            "ok": diff <= tol and not changed,
+            "verdicts": verdicts,
+            "verdicts_changed": [list(c) for c in changed],
+        }
+
+    rec = {
+        "compared": {"name": "aaa", "code_commits": ["1234567abc"]},
+        "against": {"name": "bbb", "code_commits": ["7654321abc"]},
+        "tables": {
+            "sts": table(0.5, 0.03),
+            "p": table(0.01, 0.02, 4, [("x", "a", "b")]),
+            "h": table(0.0, 0.1, 2),
+        },
+    }
+    (tmp_path / "r.json").write_text(json.dumps(rec))
+    text = rerun_sentence(tmp_path / "r.json")
+    assert "(code `1234567` against `7654321`): 2 of 3 tables outside the tolerance" in text
+    assert "sts 0.5 (tolerance 0.03)" in text and "1 of the 6 verdicts compared changed" in text

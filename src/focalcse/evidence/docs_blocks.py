@@ -716,3 +716,30 @@ def tolerance_sentence(root: str | Path | None = None) -> str:
     from focalcse.evidence.reproduced import load_tolerance, tolerance_text
 
     return tolerance_text(load_tolerance(Layout.at(Path.cwd() if root is None else Path(root))))
+
+
+RERUN_FILE = "docs/rerun-new-draw.json"
+
+
+def rerun_sentence(path: str | Path = RERUN_FILE) -> str:
+    """A ``focalcse reproduced --json`` record of two committed runs, in words: per table PASS or FAIL
+    against the tolerance, the largest difference, and the verdicts that changed."""
+    rec = _read(Path(path))
+    c, a = rec["compared"], rec["against"]
+
+    def code(side: dict[str, Any]) -> str:
+        return ", ".join(f"`{x[:7]}`" for x in side.get("code_commits") or []) or "not recorded"
+
+    failed = [n for n, t in rec["tables"].items() if not t["ok"]]
+    worst = ", ".join(
+        f"{n} {t['max_diff']:.3g} (tolerance {t['tolerance']:.3g})"
+        for n, t in rec["tables"].items()
+        if t["max_diff"] is not None
+    )
+    changed = [v for t in rec["tables"].values() for v in t.get("verdicts_changed") or []]
+    verdicts = sum(t.get("verdicts") or 0 for t in rec["tables"].values())
+    return (
+        f"`focalcse reproduced --of {c['name']} --against {a['name']}` (code {code(c)} against {code(a)}): "
+        f"{len(failed)} of {len(rec['tables'])} tables outside the tolerance; the largest differences: {worst}. "
+        f"{len(changed)} of the {verdicts} verdicts compared changed."
+    )

@@ -451,7 +451,10 @@ class Comparison:
         return {
             "compared": self.compared,
             "against": self.against,
-            "tolerance_source": None if self.tolerance.source is None else self.tolerance.path.as_posix(),
+            # the record's path as the layout names it (relative to the checkout), not this machine's
+            "tolerance_source": None
+            if self.tolerance.source is None
+            else Layout().reproduction_tolerance_file.as_posix(),
             "ok": self.ok,
             "tables": {
                 t.table.name: {
