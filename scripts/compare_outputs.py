@@ -45,7 +45,14 @@ from focalcse.layout import is_companion
 from focalcse.report.data import merge_items
 from focalcse.results import read_result
 
-TIMING_KEYS = {"train_seconds", "wall_seconds", "sentences_per_second", "peak_memory_mb", "wall_time_s"}
+TIMING_KEYS = {
+    "train_seconds",
+    "wall_seconds",
+    "sentences_per_second",
+    "step_seconds_median",
+    "peak_memory_mb",
+    "wall_time_s",
+}
 
 
 def lock_outs(root: Path) -> dict[str, str]:

@@ -45,11 +45,17 @@ def test_the_documents_have_rendered_blocks() -> None:
 
 
 def copy_checkout(dst: Path) -> Path:
-    """The documents, params and committed result and benchmark files, without the rest of the checkout."""
+    """The documents, params, code and committed result and benchmark files, without the rest of the
+    checkout (models, data, the venv)."""
     for name in ("README.md", "params.yaml", "dvc.lock"):
         shutil.copy2(ROOT / name, dst / name)
     for folder in ("docs", "metrics", "params"):
         shutil.copytree(ROOT / folder, dst / folder)
+    # the code files the sets' dvc.lock files record (checkout_code_sentence compares their md5s)
+    for folder in ("src", "stages"):
+        shutil.copytree(
+            ROOT / folder, dst / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        )
     # each set's own folder (its params, dvc.yaml / dvc.lock, metrics, reports), without what a run
     # left beside them in this checkout (models, the corpus, its MLflow store)
     shutil.copytree(

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
             print(f"STEP {step}", flush=True)
 
     r = train(enc, corpus, cfg, out, dev_evaluator=stsb_dev_evaluator(sts), log_metrics=log, progress=False)
-    json.dump({k: v for k, v in r.to_dict().items() if k not in ("train_seconds", "sentences_per_second", "peak_memory_mb")},
+    json.dump({k: v for k, v in r.to_dict().items() if k not in ("train_seconds", "sentences_per_second", "step_seconds_median", "peak_memory_mb")},
               open(result_file, "w"), sort_keys=True)
     """
 )

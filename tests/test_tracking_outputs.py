@@ -16,7 +16,7 @@ import pytest
 
 from focalcse.testing.project import make_tiny_project, project_env, run, save_tiny_backbone
 
-TIMINGS = ("train_seconds", "wall_seconds", "sentences_per_second", "peak_memory_mb")
+TIMINGS = ("train_seconds", "wall_seconds", "sentences_per_second", "step_seconds_median", "peak_memory_mb")
 
 
 def _outputs(project: Path) -> dict[str, str]:
