@@ -59,6 +59,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     reruns nothing. Raises :class:`ConfigError` or the data layer's one-line errors; writes
     :data:`CHECKED` on success."""
     check_params(params)
+    check_precision(params)
     backbones = check_backbones(params)
     mirror = params.data.mirror or None
     corpus = corpus_path(mirror)  # downloads once without a mirror; one line when that fails
@@ -100,6 +101,48 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         "removed": [str(p) for p in removed],
         "backbones": backbones,
     }
+
+
+# bf16 on a CPU whose flags name neither runs torch's bf16 matmuls in a reference loop, not oneDNN
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+SLOW_BF16_ENV = "FOCALCSE_ALLOW_SLOW_BF16"  # set (non-empty) to run bf16 on such a CPU anyway
+
+
+def check_precision(params: Params, cpu: dict[str, Any] | None = None) -> None:
+    """Refuse bf16 autocast on a CPU without bf16 matmul instructions (neither AVX512-BF16 nor AMX):
+    torch falls back to a reference GEMM loop there, and a training step of the CPU default takes
+    tens of seconds instead of one (docs/performance.md, "CPUs without bf16"). Asked of the train items
+    that run on ``cpu`` and of ``eval.precision`` when any does. ``cpu`` is
+    :func:`focalcse.provenance.cpu_info`'s dict (read from this machine when None); a CPU whose flags
+    cannot be read (no ``/proc/cpuinfo``, not x86) is not refused, nor any when :data:`SLOW_BF16_ENV`
+    is set. Raises :class:`ConfigError` naming the keys, the CPU and the two ways on."""
+    if os.environ.get(SLOW_BF16_ENV):
+        return
+    keys: list[str] = []
+    on_cpu = False
+    for framework, backbone, loss, seed in params.framework_items():
+        cfg = params.train_config(backbone, loss, seed, framework)
+        if cfg.device.startswith("cpu"):
+            on_cpu = True
+            if cfg.precision == "bf16" and "train.precision" not in keys:
+                keys.append("train.precision")
+    if on_cpu and params.eval.precision == "bf16":
+        keys.append("eval.precision")
+    if not keys:
+        return
+    if cpu is None:
+        from focalcse.provenance import cpu_info
+
+        cpu = cpu_info()
+    flags = cpu.get("cpu_flags") or []
+    if not flags or any(f in flags for f in NATIVE_BF16_FLAGS):
+        return
+    raise ConfigError(
+        f"params {' and '.join(keys)} = 'bf16' on a CPU without bf16 matmul instructions "
+        f"({cpu.get('cpu_model')}; flags {', '.join(flags)}; expected one of {', '.join(NATIVE_BF16_FLAGS)}): "
+        "torch runs bf16 matmuls there in a reference loop, tens of times slower than fp32. Run the fp32 "
+        f"set on this machine (`make reproduce PARAMS=cpu-fp32`), or set {SLOW_BF16_ENV}=1 to run bf16 anyway"
+    )
 
 
 def check_backbones(params: Params) -> dict[str, str]:
