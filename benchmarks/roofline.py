@@ -13,7 +13,18 @@ Three things, each written to the JSON:
 * the **achieved** TFLOP/s: those FLOPs over the median step time of our trainer's sides in a
   training benchmark file (``bench.py --only train``), and its share of the peak.
 
-Bytes moved are not counted. Run it on an otherwise idle machine (a minute or two)::
+and two more for the memory side:
+
+* the step's **bytes moved**, estimated (:func:`step_bytes`): every operation reads its inputs and
+  writes its output once from memory, no reuse in cache and no fusion, at the dtype it runs in (the
+  activations in the side's precision, the attention probabilities in float32 as ``core/unpad.py``
+  computes them, the parameters and AdamW's state in float32); the backward counted as twice the
+  forward, as for the FLOPs;
+* the machine's **element-wise rate**: ``torch.add(a, b, out=c)`` GB/s (two reads and a write) at the
+  step's activation shapes, in each precision, median of ``--reps`` calls; the bytes over the best
+  rate are the time the step cannot go under if it moves those bytes at that rate.
+
+Run it on an otherwise idle machine (a minute or two)::
 
     FOCALCSE_DATA_MIRROR=../shared/data .venv/bin/python benchmarks/roofline.py \
         --train-json benchmarks/train_compiled_results.json --out-json benchmarks/roofline.json
@@ -72,6 +83,68 @@ def step_flops(
     }
 
 
+def step_bytes(
+    lengths: Sequence[Sequence[int]],
+    hidden: int,
+    ffn: int,
+    layers: int,
+    heads: int,
+    params: int,
+    elem: int,
+) -> dict[str, float]:
+    """Estimated bytes one training step moves, averaged over the given batches (as :func:`step_flops`),
+    by part, with activations of ``elem`` bytes (2 in bf16, 4 in fp32). Each operation reads its inputs
+    and writes its output once; the backward moves twice what the forward does. Per layer, with T the
+    packed tokens, P = rows × longest row the re-padded positions, S = heads × rows × longest² the
+    attention scores:
+
+    * ``elementwise``: two dropouts (read, write: 2 T d each), two residual adds (3 T d), two layer
+      norms (2 T d), GELU (2 T f): (14 T d + 2 T f) × elem;
+    * ``attention``: the scores' GEMM output (S), the softmax (2 S), the dropout mask (1 byte a score,
+      written and read) and its product (3 S), the weighted sum's read (S): 7 S × 4 + 2 S;
+    * ``packing``: Q, K and V re-padded (read T d, write P d, each) and cast to float32 (read P d × elem,
+      write P d × 4, each), the context cast back (P d × (4 + elem)) and unpacked (P d + T d) × elem;
+    * ``matmul``: the linear layers' inputs (Q, K and V read the layer input each), outputs and
+      weights: (10 T d + 2 T f + 4 d² + 2 d f) × elem;
+    * ``optimizer``: the fused AdamW over all ``params`` in float32 (reads the parameter, its gradient
+      and two moments, writes the parameter and the moments: 28 bytes each), the gradient-norm clip
+      (reads and scales each gradient: 12 bytes) and ``zero_grad`` (nothing: the gradients are set to
+      None); not doubled, it has no backward."""
+    out = {"elementwise": 0.0, "attention": 0.0, "packing": 0.0, "matmul": 0.0}
+    d, f = hidden, ffn
+    for batch in lengths:
+        rows = 2 * len(batch)
+        t = -(-2 * sum(batch) // PACK) * PACK
+        longest = max(batch)
+        pos = rows * longest
+        scores = heads * rows * longest * longest
+        out["elementwise"] += layers * (14 * t * d + 2 * t * f) * elem
+        out["attention"] += layers * (7 * scores * 4 + 2 * scores)
+        qkv = 3 * ((t * d + pos * d) * elem + pos * d * (elem + 4))
+        out["packing"] += layers * (qkv + pos * d * (4 + elem) + (pos * d + t * d) * elem)
+        out["matmul"] += layers * ((10 * t * d + 2 * t * f) + (4 * d * d + 2 * d * f)) * elem
+    n = len(lengths)
+    step = {k: 3 * v / n for k, v in out.items()}
+    step["optimizer"] = params * (28 + 12)
+    step["step"] = sum(step.values())
+    return step
+
+
+def elementwise_gbps(numel: int, dtype: Any, reps: int, warmup: int = 3) -> float:
+    """Median GB/s of ``torch.add(a, b, out=c)`` on ``numel`` elements of ``dtype`` (2 reads, 1 write)."""
+    import torch
+
+    a, b, c = (torch.randn(numel).to(dtype) for _ in range(3))
+    for _ in range(warmup):
+        torch.add(a, b, out=c)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.add(a, b, out=c)
+        times.append(time.perf_counter() - t0)
+    return 3 * numel * a.element_size() / statistics.median(times) / 1e9
+
+
 def matmul_tflops(m: int, k: int, n: int, dtype: Any, reps: int, warmup: int = 3) -> float:
     """Median TFLOP/s of ``torch.mm`` of an (m, k) by (k, n) matrix in ``dtype``."""
     import torch
@@ -93,6 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--data-mirror", default=os.environ.get("FOCALCSE_DATA_MIRROR"))
     ap.add_argument("--params", default=str(REPO / "params.yaml"), help="the sample, batch and length")
     ap.add_argument("--train-json", default=str(REPO / "benchmarks/train_compiled_results.json"))
+    ap.add_argument(
+        "--profile-json",
+        nargs="*",
+        default=[],
+        help="profile_step.py files whose median plain step stands for ours-<precision> (instead of --train-json)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--square", type=int, default=2048, help="the large square GEMM's size")
@@ -120,7 +199,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     lengths, order = train_batch_lengths(tok, sentences, train.batch_size, train.max_seq_len, args.order_seed)
     batches = [[lengths[i] for i in b] for b in order]
     d, f, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    heads = config.num_attention_heads
     flops = step_flops(batches, d, f, layers)
+    from transformers import AutoModel
+
+    # the backbone's own pooler is the trained MLP (core/model.py), so its parameters are all the step updates
+    n_params = sum(p.numel() for p in AutoModel.from_config(config).parameters())
+    moved = {
+        prec: {k: round(v, 1) for k, v in step_bytes(batches, d, f, layers, heads, n_params, elem).items()}
+        for prec, elem in (("bf16", 2), ("fp32", 4))
+    }
     t = int(flops["packed_tokens"] // PACK * PACK)
     shapes = {
         f"projection ({t}x{d} by {d}x{d})": (t, d, d),
@@ -132,20 +220,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
         peak[name] = {label: round(matmul_tflops(*mkn, dtype, args.reps), 4) for label, mkn in shapes.items()}
         print(f"{name}: " + ", ".join(f"{k} {v:.3f} TFLOP/s" for k, v in peak[name].items()), flush=True)
+    bw_shapes = {f"activations ({t}x{d})": t * d, f"FFN activations ({t}x{f})": t * f}
+    bandwidth: dict[str, dict[str, float]] = {}
+    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        bandwidth[name] = {
+            label: round(elementwise_gbps(n, dtype, args.reps), 2) for label, n in bw_shapes.items()
+        }
+        print(f"{name}: " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in bandwidth[name].items()), flush=True)
     achieved: dict[str, dict[str, float]] = {}
     train_json = Path(args.train_json)
-    if train_json.is_file():
+    steps: dict[str, float] = {}  # side -> median step seconds
+    if args.profile_json:
+        for path in args.profile_json:
+            prof = json.loads(Path(path).read_text())
+            steps[f"ours-{prof['precision']}"] = prof["step_seconds_plain"]
+    elif train_json.is_file():
         tr = json.loads(train_json.read_text())["train"]
-        for side in ("ours-bf16", "ours-fp32"):
-            if side in tr:
-                step_s = tr[side]["median_step_ms"] / 1e3
-                tflops = flops["step"] / step_s / 1e12
-                prec = side.split("-")[1]
-                achieved[side] = {
-                    "median_step_seconds": step_s,
-                    "tflops": round(tflops, 4),
-                    "share_of_peak": round(tflops / max(peak[prec].values()), 4),
-                }
+        steps = {side: tr[side]["median_step_ms"] / 1e3 for side in ("ours-bf16", "ours-fp32") if side in tr}
+    for side, step_s in steps.items():
+        tflops = flops["step"] / step_s / 1e12
+        prec = side.split("-")[1]
+        floor = moved[prec]["step"] / (max(bandwidth[prec].values()) * 1e9)
+        achieved[side] = {
+            "median_step_seconds": step_s,
+            "tflops": round(tflops, 4),
+            "share_of_peak": round(tflops / max(peak[prec].values()), 4),
+            "bytes_floor_seconds": round(floor, 4),
+            "matmul_floor_seconds": round(flops["step"] / (max(peak[prec].values()) * 1e12), 4),
+        }
     from focalcse.provenance import cpu_info
 
     report = {
@@ -163,8 +265,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "step_flops": {k: round(v, 1) for k, v in flops.items()},
         "peak_tflops": peak,
+        "parameters": n_params,
+        "step_bytes": moved,
+        "elementwise_gbps": bandwidth,
         "achieved": achieved,
-        "train_json": os.path.relpath(train_json, REPO) if train_json.is_file() else None,
+        "train_json": (
+            None if args.profile_json or not train_json.is_file() else os.path.relpath(train_json, REPO)
+        ),
+        "profile_json": [os.path.relpath(Path(p).resolve(), REPO) for p in args.profile_json],
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }
     return emit_report(report, args.out_json)

@@ -41,3 +41,39 @@ def test_matmul_tflops_is_positive_and_finite():
 
     v = roofline.matmul_tflops(32, 16, 8, torch.float32, reps=3, warmup=1)
     assert 0 < v < 1e3
+
+
+def test_step_bytes_are_the_hand_count_of_one_batch():
+    d, f, layers, heads, params = 8, 32, 2, 2, 1000
+    # one batch of lengths 3 and 5: 2 views -> 4 rows, 16 tokens -> packed T = 64; longest 5
+    t, pos, scores = 64, 4 * 5, heads * 4 * 5 * 5
+    for elem in (2, 4):
+        got = roofline.step_bytes([[3, 5]], d, f, layers, heads, params, elem)
+        elementwise = layers * (2 * 2 * t * d + 2 * 3 * t * d + 2 * 2 * t * d + 2 * t * f) * elem
+        attention = layers * ((1 + 2 + 3 + 1) * scores * 4 + 2 * scores)
+        pack_qkv = 3 * (t * d * elem + pos * d * elem + pos * d * elem + pos * d * 4)
+        packing = layers * (pack_qkv + pos * d * 4 + pos * d * elem + pos * d * elem + t * d * elem)
+        matmul = (
+            layers
+            * (
+                (t * d + 3 * t * d + 3 * d * d)  # Q, K, V: input read per projection counted once + weights
+                + (t * d + t * d + d * d)  # attention output
+                + (t * d + t * f + d * f)  # FFN up
+                + (t * f + t * d + f * d)  # FFN down
+                + (3 - 1) * t * d  # Q, K and V each read the layer input: two more reads
+            )
+            * elem
+        )
+        assert got["elementwise"] == pytest.approx(3 * elementwise)
+        assert got["attention"] == pytest.approx(3 * attention)
+        assert got["packing"] == pytest.approx(3 * packing)
+        assert got["matmul"] == pytest.approx(3 * matmul)
+        assert got["optimizer"] == params * 40
+        assert got["step"] == pytest.approx(3 * (elementwise + attention + packing + matmul) + params * 40)
+
+
+def test_elementwise_gbps_is_positive_and_finite():
+    import torch
+
+    v = roofline.elementwise_gbps(4096, torch.float32, reps=3, warmup=1)
+    assert 0 < v < 1e5

@@ -814,5 +814,61 @@ def roofline_sentence(path: str | Path = "benchmarks/roofline.json") -> str:
         f"({f['packed_tokens']:.0f} packed tokens on average over the sample's {r['batch']['batches']} batches) is "
         f"{f['step'] / 1e9:.0f} GFLOP of matmuls ({f['forward'] / 1e9:.1f} forward, of which attention "
         f"{f['forward_attention'] / 1e9:.1f}; the backward counted as twice the forward). Against the step "
-        f"times of [{r['train_json']}](../{r['train_json']}): " + "; ".join(parts) + "."
+        f"times of {_step_sources(r)}: " + "; ".join(parts) + "." + _roofline_bytes(r)
+    )
+
+
+def _step_sources(r: dict) -> str:
+    """The file(s) a roofline JSON took its step times from: a training benchmark or profiles."""
+    files = r.get("profile_json") or [r["train_json"]]
+    return ", ".join(f"[{p}](../{p})" for p in files)
+
+
+_BYTE_PARTS = {
+    "elementwise": "element-wise",
+    "attention": "attention probabilities",
+    "packing": "packing and casts",
+    "matmul": "matmul operands",
+    "optimizer": "optimizer",
+}
+
+
+def _roofline_bytes(r: dict) -> str:
+    """The step's estimated bytes, the measured element-wise rate and the time floor they give, per
+    side (absent from files written before the script counted bytes)."""
+    if "step_bytes" not in r:
+        return ""
+    parts = []
+    for side, a in r["achieved"].items():
+        prec = side.split("-")[1]
+        moved = r["step_bytes"][prec]
+        rate = max(r["elementwise_gbps"][prec].values())
+        split = ", ".join(f"{_BYTE_PARTS[k]} {moved[k] / 1e9:.2f}" for k in _BYTE_PARTS)
+        parts.append(
+            f"`{side}` moves about {moved['step'] / 1e9:.2f} GB a step ({split}); at the best {prec} "
+            f"element-wise rate measured, {rate:.1f} GB/s, that is at least {a['bytes_floor_seconds']:.3f} s, "
+            f"{100 * a['bytes_floor_seconds'] / a['median_step_seconds']:.0f} % of its step (the matmuls at "
+            f"their peak: {a['matmul_floor_seconds']:.3f} s)"
+        )
+    return (
+        " Bytes moved, estimated by counting every operation as reading its inputs and writing its "
+        "output once (no cache reuse, no fusion; the backward twice the forward): " + "; ".join(parts) + "."
+    )
+
+
+def no_bf16_sentence(bf16: str | Path, fp32: str | Path) -> str:
+    """A training step in bf16 and in fp32 on a CPU without bf16 matmul instructions, from two
+    ``profile_step.py`` files of one machine: why the check stage refuses bf16 there."""
+    b, f = load(bf16), load(fp32)
+    for r in (b, f):
+        if r["machine"].get("cpu_bf16"):
+            raise ValueError(f"{r['command']}: this CPU has bf16 instructions {r['machine']['cpu_bf16']}")
+    if b["machine"]["cpu_model"] != f["machine"]["cpu_model"]:
+        raise ValueError(f"{bf16} and {fp32} come from different CPUs")
+    return (
+        f"On {b['machine']['cpu_model']} (no AVX512-BF16, no AMX), torch {b['torch']}, commit {b['commit']}: "
+        f"a training step of the CPU default (batch {b['batch']}, {b['threads']} threads) took "
+        f"**{b['step_seconds_plain']:.1f} s in bf16** against **{f['step_seconds_plain']:.2f} s in fp32**, "
+        f"{ratio(b['step_seconds_plain'] / f['step_seconds_plain'])} as long (median of {b['steps']} and "
+        f"{f['steps']} steps; `{b['command']}`, `{f['command']}`)"
     )
