@@ -274,3 +274,28 @@ def test_the_quality_baseline_check_compares_the_seeds_score(tmp_path):
         json.dumps({"note": "x, commit abc1234", "quality": {"seeds": [1], "dev": {"ours-bf16": [84.3]}}})
     )
     assert "84.3 against 84.25" in b.quality_before_check(pair, check)
+
+
+def test_the_no_bf16_sentence_is_the_two_profiles_ratio_and_refuses_a_bf16_cpu(tmp_path):
+    bf, fp = (ROOT / f"benchmarks/profile_step_{p}_avx2.json" for p in ("bf16", "fp32"))
+    rb, rf = (json.loads(p.read_text()) for p in (bf, fp))
+    text = b.no_bf16_sentence(bf, fp)
+    assert (
+        f"**{rb['step_seconds_plain']:.1f} s in bf16** against **{rf['step_seconds_plain']:.2f} s in fp32**"
+        in text
+    )
+    assert f"{rb['step_seconds_plain'] / rf['step_seconds_plain']:.2f}× as long" in text
+    amx = tmp_path / "amx.json"
+    amx.write_text(json.dumps({**rb, "machine": {**rb["machine"], "cpu_bf16": ["amx_bf16"]}}))
+    with pytest.raises(ValueError, match="has bf16 instructions"):
+        b.no_bf16_sentence(amx, fp)
+
+
+def test_the_bytes_floor_is_the_step_bytes_over_the_best_elementwise_rate():
+    r = json.loads((ROOT / "benchmarks/roofline_avx2.json").read_text())
+    a = r["achieved"]["ours-fp32"]
+    floor = r["step_bytes"]["fp32"]["step"] / (max(r["elementwise_gbps"]["fp32"].values()) * 1e9)
+    assert a["bytes_floor_seconds"] == pytest.approx(floor, abs=1e-4)
+    text = b.roofline_sentence("benchmarks/roofline_avx2.json", sides=["ours-fp32"])
+    assert f"at least {floor:.3f} s, {100 * floor / a['median_step_seconds']:.0f} % of its step" in text
+    assert "ours-bf16" not in text

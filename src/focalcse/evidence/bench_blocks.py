@@ -795,9 +795,14 @@ def roofline_table(path: str | Path = "benchmarks/roofline.json") -> str:
     return _md(["GEMM", *peak], [[s, *[f"{peak[p][s]:.3f}" for p in peak]] for s in shapes])
 
 
-def roofline_sentence(path: str | Path = "benchmarks/roofline.json") -> str:
-    """The step's matmul FLOPs, what our trainer's step achieves, and its share of the measured peak."""
+def roofline_sentence(
+    path: str | Path = "benchmarks/roofline.json", sides: Sequence[str] | None = None
+) -> str:
+    """The step's matmul FLOPs, what our trainer's step achieves, and its share of the measured peak
+    (of the achieved ``sides`` only, when given)."""
     r = load(path)
+    if sides is not None:
+        r = {**r, "achieved": {k: v for k, v in r["achieved"].items() if k in sides}}
     f = r["step_flops"]
     parts = []
     for side, a in r["achieved"].items():
