@@ -105,6 +105,11 @@ def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, t
     out = run(["dvc", "repro"], project, env).stdout
     # only the check stage, which runs on every repro (always_changed) and rewrites nothing here
     assert set(re.findall(r"Running stage '([^']+)'", out)) == {"check"}, out
+    # Python writes bytecode caches beside the code it imports; a folder dep (the report's
+    # src/focalcse/core/losses) must not count them (.dvcignore)
+    cache = project / "src/focalcse/core/losses/__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "__init__.cpython-311.pyc").write_bytes(b"bytecode")
     status = run(["dvc", "status"], project, env).stdout
     assert changed_stages(status) <= {"check"}, status  # check: "always changed" by design, nothing else
     params = yaml.safe_load((project / "params.yaml").read_text())

@@ -314,6 +314,21 @@ def test_paired_power_matches_scipys_monte_carlo_power_of_ttest_rel() -> None:
         assert paired_power(effect, n) == pytest.approx(float(result.power), abs=0.015), (effect, n)
 
 
+def test_the_power_integral_equals_scipys_noncentral_t_where_that_is_defined() -> None:
+    """The fallback integral (chi2 density written out, the normal CDF ufunc) against boost's
+    noncentral t in scipy, over the degrees of freedom and noncentralities where scipy gives a number."""
+    from focalcse.eval.stats import _power_integral
+
+    checked = 0
+    for df in (1, 2, 3, 5, 9, 29):
+        crit = float(sps.t.ppf(0.975, df))
+        for nc in (0.0, 0.5, 2.0, 5.0, 7.5, 12.0):
+            expected = float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
+            if math.isfinite(expected):
+                assert _power_integral(crit, df, nc) == pytest.approx(expected, abs=1e-9), (df, nc)
+                checked += 1
+    assert checked >= 30
+
 def test_detectable_difference_and_seeds_needed_invert_the_power() -> None:
     from focalcse.eval.stats import detectable_difference, paired_power, seeds_needed
 

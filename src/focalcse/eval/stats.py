@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import integrate, optimize
+from scipy import integrate, optimize, special
 from scipy import stats as sps
 
 POWER = 0.8  # the conventional target power of the detectable-difference and seeds-needed figures
@@ -113,11 +113,24 @@ def paired_power(effect: float, n: int, alpha: float = 0.05) -> float:
     if math.isfinite(value):
         return value
 
-    # scipy's nct gives NaN far in its tail (e.g. df = 1, nc > ~8): the same probability as the
-    # integral over S = sqrt(V / df), V ~ chi2(df), of P(|Z + nc| > crit * S), Z standard normal
+    return _power_integral(crit, df, nc)
+
+
+def _power_integral(crit: float, df: int, nc: float) -> float:
+    """P(|T| > crit) for T noncentral t(df, nc), as the integral over V ~ chi2(df) of
+    P(|Z + nc| > crit * sqrt(V / df)), Z standard normal: what :func:`paired_power` uses where scipy's
+    nct gives NaN, far in its tail (e.g. df = 1, nc > ~8). The integrand uses the normal CDF ufunc and
+    the chi2 density written out (log form), not the distribution objects: the root finding of
+    :func:`detectable_difference` evaluates it thousands of times."""
+    half = df / 2
+    log_norm = half * math.log(2.0) + math.lgamma(half)
+
     def given(v: float) -> float:
+        if v <= 0.0:  # a single point: no mass
+            return 0.0
         s = math.sqrt(v / df)
-        return float(sps.norm.sf(crit * s - nc) + sps.norm.cdf(-crit * s - nc)) * float(sps.chi2.pdf(v, df))
+        tails = float(special.ndtr(nc - crit * s) + special.ndtr(-crit * s - nc))
+        return tails * math.exp((half - 1) * math.log(v) - v / 2 - log_norm)
 
     return float(min(1.0, integrate.quad(given, 0, math.inf, limit=200)[0]))
 
