@@ -329,6 +329,7 @@ def test_the_power_integral_equals_scipys_noncentral_t_where_that_is_defined() -
                 checked += 1
     assert checked >= 30
 
+
 def test_detectable_difference_and_seeds_needed_invert_the_power() -> None:
     from focalcse.eval.stats import detectable_difference, paired_power, seeds_needed
 
