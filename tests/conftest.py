@@ -240,3 +240,43 @@ def tiny_repro(tmp_path_factory, data_mirror, tiny_backbone) -> Path:
         return dest
 
     return _built_once(tmp_path_factory, "proj", build)
+
+
+# ---------------------------------------------------------------- the order the workers take tests in
+def _lanes(items: list[pytest.Item]) -> tuple[list, list, list]:
+    """The test modules in collection order, in three lanes: those that use the shared tiny
+    ``dvc repro`` (``tiny_repro``), the other modules with a slow test, and the rest."""
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    shared, slow, rest = [], [], []
+    for group in modules.values():
+        if any("tiny_repro" in item.fixturenames for item in group):
+            shared.append(group)
+        elif any(item.get_closest_marker("slow") for item in group):
+            slow.append(group)
+        else:
+            rest.append(group)
+    return shared, slow, rest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the collection for `make test` (pytest-xdist, two workers, ``--dist worksteal``), which
+    hands each worker one contiguous half of the collection and then moves tests from the tail of a
+    busy worker's queue to an idle one. The first half starts with the modules that share the tiny
+    ``dvc repro`` (the first of them builds it, ~3 min), the second half with the other slow modules,
+    so neither worker sits waiting for that build, and the fast modules fill both tails, where the
+    stealing evens them out. Modules stay whole (their module-scoped fixtures are set up once).
+    The order changes no result: every test is independent of the others' order."""
+    shared, slow, rest = _lanes(items)
+    flat = [item for group in rest for item in group]
+    first = sum(len(group) for group in shared)
+    cut = len(items) // 2 - first  # fast tests that complete the first half
+    if not shared or not slow or not 0 <= cut <= len(flat):
+        return
+    items[:] = [
+        *(item for group in shared for item in group),
+        *flat[:cut],
+        *(item for group in slow for item in group),
+        *flat[cut:],
+    ]

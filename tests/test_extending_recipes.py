@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import yaml
 
-from focalcse.testing.project import TINY_PARAMS, make_tiny_project, project_env, run
+from focalcse.testing.project import NO_TRACKING, TINY_PARAMS, make_tiny_project, project_env, run
 
 pytestmark = pytest.mark.slow  # one full `dvc repro` of the tiny project
 
@@ -96,7 +96,7 @@ def test_task_and_output_recipes_on_a_copy(tmp_path: Path, data_mirror: Path, ti
     # one seed: the recipes touch every stage kind, and a second seed's four items prove nothing more
     sweep = {**TINY_PARAMS["sweep"], "seeds": [1]}
     repo = make_tiny_project(tmp_path / "repo", data_mirror, tiny_backbone, sweep=sweep)
-    env = project_env(repo, PYTHONPATH=str(repo / "src"))  # the stages import the copy's edited code
+    env = project_env(repo, PYTHONPATH=str(repo / "src"), **NO_TRACKING)  # the stages import the copy's code
     apply_task_recipe(repo)
     apply_output_recipe(repo)
     run([sys.executable, "-m", "focalcse.ops.dvc_yaml"], repo, env)  # make dvc-yaml
@@ -231,7 +231,7 @@ def apply_framework_recipe(repo: Path) -> None:
 
 def test_framework_recipe_on_a_copy(tmp_path: Path, data_mirror: Path, tiny_backbone: Path) -> None:
     repo = make_tiny_project(tmp_path / "repo", data_mirror, tiny_backbone)
-    env = project_env(repo, PYTHONPATH=str(repo / "src"))  # the stages import the copy's edited code
+    env = project_env(repo, PYTHONPATH=str(repo / "src"), **NO_TRACKING)  # the stages import the copy's code
     default_params = (repo / "params.yaml").read_bytes()
     apply_framework_recipe(repo)
     # exactly the files the recipe names (docs/extending.md), nothing else

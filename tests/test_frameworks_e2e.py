@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from focalcse.testing.project import changed_stages, project_env, run
+from focalcse.testing.project import NO_TRACKING, changed_stages, project_env, run
 
 pytestmark = pytest.mark.slow  # two full `dvc repro` runs of the tiny project
 
@@ -35,7 +35,7 @@ def fw_project(tiny_repro: Path, tmp_path_factory) -> tuple[Path, str]:
         "batch_size": 16,
     }
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = run(["dvc", "repro"], project, project_env(project), timeout=1500).stdout
+    out = run(["dvc", "repro"], project, project_env(project, **NO_TRACKING), timeout=1500).stdout
     lock_after = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
     simcse = {k: v for k, v in lock_before.items() if k.startswith(("train@simcse-", "evaluate@simcse-"))}
     assert simcse and all(lock_after[k] == v for k, v in simcse.items())  # byte-for-byte the same entries

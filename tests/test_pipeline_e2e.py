@@ -20,7 +20,14 @@ import yaml
 from scipy import stats as sps
 
 from focalcse.results import read_result
-from focalcse.testing.project import TINY_PARAMS, changed_stages, make_tiny_project, project_env, run
+from focalcse.testing.project import (
+    NO_TRACKING,
+    TINY_PARAMS,
+    changed_stages,
+    make_tiny_project,
+    project_env,
+    run,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +108,7 @@ def test_significance_matches_scipy_on_the_eval_files(project: Path) -> None:
 
 def test_second_repro_does_nothing_and_one_seed_reruns_alone(tiny_repro: Path, tmp_path: Path) -> None:
     project = Path(shutil.copytree(tiny_repro, tmp_path / "repo", symlinks=True))
-    env = project_env(project)
+    env = project_env(project, **NO_TRACKING)
     out = run(["dvc", "repro"], project, env).stdout
     # only the check stage, which runs on every repro (always_changed) and rewrites nothing here
     assert set(re.findall(r"Running stage '([^']+)'", out)) == {"check"}, out
@@ -159,7 +166,7 @@ def test_failed_train_leaves_no_model_and_fixed_rerun_matches(
         sweep={"backbones": ["tiny"], "losses": ["infonce"], "seeds": [1]},
         ablation={**TINY_PARAMS["ablation"], "loss": "infonce"},  # the ablated loss must be swept
     )
-    env = project_env(dest)
+    env = project_env(dest, **NO_TRACKING)
     params = yaml.safe_load((dest / "params.yaml").read_text())
     params["train"]["lr"] = 1.0e30  # weights overflow after the first step: loss becomes NaN mid-run
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
