@@ -231,12 +231,14 @@ def tiny_backbone(tmp_path_factory) -> Path:
 def tiny_repro(tmp_path_factory, data_mirror, tiny_backbone) -> Path:
     """A copy of the repo with the tiny config after one full ``dvc repro``. Shared by the end-to-end
     tests (and by the pytest-xdist workers): treat it as read-only (copy it with ``shutil.copytree``
-    before changing anything)."""
-    from focalcse.testing.project import make_tiny_project, project_env, run
+    before changing anything). Built with tracking off: none of its users reads an MLflow record
+    (the tracking, flow, probe and pool tests track their own runs), and tracking on and off give the
+    same outputs (tests/test_tracking_outputs.py)."""
+    from focalcse.testing.project import NO_TRACKING, make_tiny_project, project_env, run
 
     def build(folder: Path) -> Path:
         dest = make_tiny_project(folder / "repo", data_mirror, tiny_backbone)
-        run(["dvc", "repro"], dest, project_env(dest), timeout=1500)
+        run(["dvc", "repro"], dest, project_env(dest, **NO_TRACKING), timeout=1500)
         return dest
 
     return _built_once(tmp_path_factory, "proj", build)

@@ -250,6 +250,16 @@ def test_framework_recipe_on_a_copy(tmp_path: Path, data_mirror: Path, tiny_back
     assert "## Frameworks besides SimCSE: Toy framework" in report
     assert "the second view is the sentence with its tokens reversed (toy note)" in report
     assert "Toy framework + Focal-InfoNCE" in report  # its rows in Table 3
+    # no ablation points: the report's (empty) ablation folder stays in git through a DVC-ignored .gitkeep
+    assert [p.name for p in (here / "metrics/ablation").iterdir()] == [".gitkeep"]
+    untracked = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all", "sets/toyfw/metrics"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert "?? sets/toyfw/metrics/ablation/.gitkeep" in untracked, untracked  # git would commit it
     # the set ran apart: the checkout's own params and outputs are untouched
     assert (repo / "params.yaml").read_bytes() == default_params
     assert not any((repo / d).exists() for d in ("metrics", "models", "reports"))

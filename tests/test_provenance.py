@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 from focalcse.provenance import cpu_info, git_commit, hardware
@@ -71,6 +73,17 @@ def test_hardware_names_the_kernels_that_decide_the_last_bits() -> None:
     assert hw["torch_build"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert hw["torch_build"]["onednn"] is None or hw["torch_build"]["onednn"][0].isdigit()
     assert isinstance(hw["cpu_model"], str) and hw["cpu_model"]
+
+
+def test_a_step_without_torch_records_that_and_does_not_import_it() -> None:
+    code = (
+        "import json, sys; from focalcse.provenance import hardware; hw = hardware(); "
+        "print(json.dumps([hw, 'torch' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    hw, imported = json.loads(out)
+    assert imported is False and hw["torch_used"] is False and "torch_threads" not in hw
+    assert hw["cpu_model"] and hw["cpu_count"] >= 1
 
 
 def test_prepared_sts_does_not_depend_on_where_the_mirror_lies(

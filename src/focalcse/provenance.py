@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,16 @@ def torch_build() -> dict[str, Any]:
 
 def hardware() -> dict[str, Any]:
     """Where a result was computed: CPU model and matmul flags, core and thread counts, device,
-    torch's kernel build. Runs on different CPU kinds may differ in the last bits (bf16 kernels)."""
+    torch's kernel build. Runs on different CPU kinds may differ in the last bits (bf16 kernels).
+    A step that never imported torch (significance) computed nothing with it: its record
+    says so instead of paying torch's import (~2 s a process) to describe an unused library."""
+    info: dict[str, Any] = {"platform": platform.platform(), **cpu_info(), "cpu_count": os.cpu_count()}
+    if "torch" not in sys.modules:
+        return {**info, "torch_used": False}
     import torch
 
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        **cpu_info(),
-        "cpu_count": os.cpu_count(),
+    info = {
+        **info,
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.is_available(),
         "device": f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "cpu",

@@ -82,8 +82,12 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     )
     removed = prune_stale(params, layout)
     # The report depends on the ablation folder, which a set with no ablation points never writes;
-    # git keeps no empty folder, so make it here (a fresh set folder, a clone of one).
+    # git keeps no empty folder, so make it here (a fresh set folder, a clone of one) with a .gitkeep
+    # that git commits and DVC ignores (.dvcignore): a clone of the committed set then has the folder,
+    # and its report is not "changed" (deleted dep) before anything runs.
     layout.ablation_dir.mkdir(parents=True, exist_ok=True)
+    if not any(layout.ablation_dir.iterdir()):
+        (layout.ablation_dir / ".gitkeep").touch()
     parsed = []
     for name, path, fp, recorded in (
         ("corpus", layout.corpus_sources_file, corpus_fp, corpus_recorded),
