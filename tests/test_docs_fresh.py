@@ -309,3 +309,20 @@ def test_the_rerun_sentence_counts_failed_tables_and_changed_verdicts(tmp_path) 
     text = rerun_sentence(tmp_path / "r.json")
     assert "(code `1234567` against `7654321`): 2 of 3 tables outside the tolerance" in text
     assert "sts 0.5 (tolerance 0.03)" in text and "1 of the 6 verdicts compared changed" in text
+
+
+def test_a_dvc_lock_is_parsed_once_and_again_after_an_edit(tmp_path) -> None:
+    from focalcse.evidence.docs_blocks import _parsed_lock
+
+    lock = tmp_path / "dvc.lock"
+
+    def parse() -> dict:
+        st = lock.stat()
+        return _parsed_lock(str(lock), st.st_mtime_ns, st.st_size)
+
+    lock.write_text("schema: '2.0'\nstages:\n  train@a:\n    cmd: python x.py\n")
+    first = parse()
+    assert first == {"schema": "2.0", "stages": {"train@a": {"cmd": "python x.py"}}}
+    assert parse() is first  # the second block that reads it gets the same parse
+    lock.write_text("schema: '2.0'\nstages:\n  train@b:\n    cmd: python yy.py\n")
+    assert parse()["stages"] == {"train@b": {"cmd": "python yy.py"}}
