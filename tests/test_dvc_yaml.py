@@ -332,3 +332,15 @@ def test_framework_modules_of_different_shapes_are_refused(tmp_path: Path) -> No
     _as_file(project, "diffcse")  # a single file beside a package
     with pytest.raises(ValueError, match="differ in shape"):
         framework_template(project)
+
+
+def test_a_rendering_memoises_the_tree_only_while_it_runs(tmp_path: Path) -> None:
+    """Within one rendering the tree is read once; afterwards an edit is seen again."""
+    project = _copy_sources(tmp_path)
+    before = dvc_yaml.render(project)
+    assert dvc_yaml._SNAPSHOT.get() is None
+    (project.root / FRAMEWORKS_DIR / "diffcse" / "extra.py").write_text("from focalcse import atomic\n")
+    assert dvc_yaml.render(project) == before  # the framework folder already covers the new module
+    with dvc_yaml.snapshot():
+        first = project.closure(project.root / "stages" / "train.py")
+        assert project.closure(project.root / "stages" / "train.py") == first

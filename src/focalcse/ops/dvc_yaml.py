@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -84,6 +86,35 @@ HEADER = (
 
 
 # ---------------------------------------------------------------- static import closure
+# One rendering reads the source tree as it is at that moment: within it (:func:`snapshot`), a
+# module's file, an ``__init__``'s triviality and an import closure are computed once (rendering the
+# four sets' dvc.yaml asked for 71k module files and 328 closures: 6.7 s, now ~1 s). Outside it
+# nothing is memoised, so a caller that edits the tree between two calls sees its edit.
+_SNAPSHOT: ContextVar[dict[Any, Any] | None] = ContextVar("focalcse_dvc_yaml_snapshot", default=None)
+
+
+@contextmanager
+def snapshot() -> Iterator[None]:
+    """Memoise the source-tree reads of the renderings inside (the tree must not change meanwhile)."""
+    if _SNAPSHOT.get() is not None:  # nested: the outer one's
+        yield
+        return
+    token = _SNAPSHOT.set({})
+    try:
+        yield
+    finally:
+        _SNAPSHOT.reset(token)
+
+
+def _memo(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+    memo = _SNAPSHOT.get()
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
 @dataclass(frozen=True)
 class Project:
     """The source tree of a checkout: ``src/`` and ``stages/`` under ``root``."""
@@ -103,6 +134,9 @@ class Project:
 
     def module_file(self, module: str) -> Path | None:
         """The file of a project module: ``focalcse.x.y`` under src/, a top-level name under stages/."""
+        return _memo(("module_file", self.root, module), lambda: self._module_file(module))
+
+    def _module_file(self, module: str) -> Path | None:
         parts = module.split(".")
         if parts[0] == "focalcse":
             base = self.src.joinpath(*parts)
@@ -131,7 +165,11 @@ class Project:
     def closure(self, *roots: Path, observers: Iterable[str] = OBSERVERS) -> set[str]:
         """Repo-relative files of everything ``roots`` import inside the project, ``roots`` included;
         ``observers`` are neither listed nor followed."""
-        observers = tuple(observers)
+        observers = tuple(sorted(observers))
+        key = ("closure", self.root, roots, observers)
+        return set(_memo(key, lambda: frozenset(self._closure(roots, observers))))
+
+    def _closure(self, roots: tuple[Path, ...], observers: tuple[str, ...]) -> set[str]:
 
         def observed(module: str) -> bool:  # an observer, or a module inside an observer package
             return any(module == o or module.startswith(f"{o}.") for o in observers)
@@ -160,6 +198,10 @@ class Project:
 
 def trivial_init(path: Path) -> bool:
     """A package ``__init__.py`` that is only a docstring and ``from __future__`` imports."""
+    return _memo(("trivial_init", path), lambda: _trivial_init(path))
+
+
+def _trivial_init(path: Path) -> bool:
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue
@@ -412,7 +454,11 @@ def render(project: Project | None = None, set_name: str = "") -> str:
     """The whole of ``dvc.yaml``: the checkout's (the default set), or with ``set_name`` the one in
     ``sets/<set_name>/`` (:func:`focalcse.paramsets.set_dir`), whose stages run in that folder (their
     outputs, ``params.yaml`` and ``dvc.lock`` are the set's own) and reach the code two levels up."""
-    project = project or Project()
+    with snapshot():
+        return _render(project or Project(), set_name)
+
+
+def _render(project: Project, set_name: str) -> str:
     code_root = SET_CODE_ROOT if set_name else ""
     header = HEADER if not set_name else (*HEADER, *SET_HEADER)
     out = [*(f"# {c.format(name=set_name)}" for c in header), "vars:", "  - params.yaml", "stages:"]
@@ -476,17 +522,20 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     todo = [(args.file, "")] if args.file else targets(root)
     stale = 0
-    for path, name in todo:
-        new = render(Project(root), name)
-        old = path.read_text(encoding="utf-8") if path.is_file() else ""
-        if new == old:
-            print(f"{path}: current")
-        elif args.check:
-            print(f"{path}: differs from the stage table's rendering; run `make dvc-yaml`", file=sys.stderr)
-            stale += 1
-        else:
-            atomic_write(path, new)
-            print(f"{path}: rendered")
+    with snapshot():  # writing a dvc.yaml changes no source: one reading of the tree for every set
+        for path, name in todo:
+            new = render(Project(root), name)
+            old = path.read_text(encoding="utf-8") if path.is_file() else ""
+            if new == old:
+                print(f"{path}: current")
+            elif args.check:
+                print(
+                    f"{path}: differs from the stage table's rendering; run `make dvc-yaml`", file=sys.stderr
+                )
+                stale += 1
+            else:
+                atomic_write(path, new)
+                print(f"{path}: rendered")
     return 1 if stale else 0
 
 
