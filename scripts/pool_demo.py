@@ -90,16 +90,19 @@ def sh(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
     return proc.stdout
 
 
-def build_project(base: Path, env: dict[str, str]) -> tuple[Path, Path]:
-    from focalcse.testing.project import make_tiny_project, save_tiny_backbone  # imports torch
+def build_project(base: Path, env: dict[str, str], losses: list[str] | None = None) -> tuple[Path, Path]:
+    from focalcse.testing.project import TINY_PARAMS, make_tiny_project, save_tiny_backbone  # imports torch
 
     mirror = Path(os.environ.get("FOCALCSE_DATA_MIRROR") or REPO.parent / "shared" / "data").resolve()
     if not (mirror / "senteval" / "downstream").is_dir():
         raise SystemExit(f"error: data mirror {mirror} has no senteval/downstream; set FOCALCSE_DATA_MIRROR")
     tiny = save_tiny_backbone(base / "tiny-backbone")
-    coord = make_tiny_project(
-        base / "coordinator", mirror, tiny, ablation={"temperatures": [0.1], "ms": [0.2]}
-    )
+    ablation: dict[str, Any] = {"temperatures": [0.1], "ms": [0.2]}
+    sweep: dict[str, Any] = {}
+    if losses:  # fewer items; the ablated loss must be one of them
+        sweep = {"sweep": {**TINY_PARAMS["sweep"], "losses": list(losses)}}
+        ablation["loss"] = losses[-1]
+    coord = make_tiny_project(base / "coordinator", mirror, tiny, ablation=ablation, **sweep)
     origin = base / "origin.git"
     sh(["git", "clone", "--quiet", "--bare", str(coord), str(origin)], base, env)
     sh(["git", "remote", "add", "origin", str(origin)], coord, env)
@@ -176,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for the coordinator flow")
     parser.add_argument("--seeds", nargs="+", default=None, help="only these seeds' items (default: all)")
     parser.add_argument("--stages", nargs="+", default=None, help="only these stages (default: all)")
+    parser.add_argument(
+        "--losses", nargs="+", default=None, help="sweep only these losses (default: the tiny config's two)"
+    )
     args = parser.parse_args(argv)
     base = (args.dir or Path(tempfile.mkdtemp(prefix="focalcse-pool-"))).resolve()
     if args.dir and base.exists() and any(base.iterdir()):
@@ -229,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = 1
     try:
         log(f"building the tiny project under {base}")
-        coord, origin = build_project(base, env)
+        coord, origin = build_project(base, env, args.losses)
         mlf = start(
             "mlflow",
             [

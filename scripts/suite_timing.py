@@ -53,6 +53,23 @@ def failed_tests(text: str) -> list[str]:
     return [m[1] for m in re.finditer(r"^(?:FAILED|ERROR) (\S+)", text, re.M)]
 
 
+# The machine's speed at the time, besides the suite: the import a DVC stage process starts with
+# (torch, then transformers' BERT modules; ~8 s of a tiny train item's ~13 s). On a shared 2-core VM
+# the same suite took 1440-1697 s at one kind; this figure, taken before and after, says how fast the
+# machine was meanwhile.
+REFERENCE = "import torch, transformers.models.bert.modeling_bert"
+
+
+def reference_seconds(python: str, runs: int = 3) -> float:
+    """The median wall seconds of a fresh ``python -c REFERENCE`` (``runs`` times)."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([python, "-c", REFERENCE], check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return round(sorted(times)[len(times) // 2], 2)
+
+
 def cpu_kind(model: str) -> str:
     """The short name the docs give a CPU kind: "AMD EPYC", "Intel Xeon", else the model itself."""
     for kind, marks in (("AMD EPYC", ("EPYC",)), ("Intel Xeon", ("Xeon",))):
@@ -80,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         (clone / "shared").symlink_to(REPO.parent / "shared")
     log = clone / "ci.log"
     print(f"suite_timing: {commit} in {clone / 'repo'}; log {log}", flush=True)
+    before = reference_seconds(sys.executable)
     t0 = time.perf_counter()
     with open(log, "w") as out:
         rc = subprocess.run(
@@ -90,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             env=dict(os.environ),
         ).returncode
     total = round(time.perf_counter() - t0)
+    after = reference_seconds(sys.executable)
     text = log.read_text(errors="replace")
     try:
         result = parse_pytest_log(text)
@@ -118,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "target_seconds": TARGET_SECONDS,
         "exit": rc,
         "failures": failed_tests(text),
+        "reference": {"command": f"python -c '{REFERENCE}'", "before_s": before, "after_s": after},
     }
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(rec, indent=2) + "\n")

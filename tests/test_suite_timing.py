@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,13 @@ def test_the_sentence_says_counts_times_and_the_target(tmp_path) -> None:
     (tmp_path / "t.json").write_text(json.dumps(rec))
     said = suite_sentence("t.json", tmp_path)
     assert "1 failed" in said and "(over the 25-minute target). Failed: `tests/a.py::t`." in said
+    ref = {"command": "python -c 'import torch'", "before_s": 5.9, "after_s": 11.6}
+    (tmp_path / "t.json").write_text(json.dumps({**rec, "reference": ref}))
+    said = suite_sentence("t.json", tmp_path)
+    assert "`python -c 'import torch'` took 5.9 s before the run and 11.6 s after it" in said
+
+
+def test_the_reference_is_a_median_of_fresh_processes() -> None:
+    mod = _suite_timing()
+    mod.REFERENCE = "import time; time.sleep(0.2)"
+    assert 0.2 <= mod.reference_seconds(sys.executable, runs=3) < 5

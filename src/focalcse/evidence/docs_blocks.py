@@ -719,6 +719,12 @@ def suite_sentence(path: str | Path = TEST_SUITE_FILE, root: str | Path | None =
             else f"(over the {target // 60}-minute target)."
         )
         + (f" Failed: {', '.join(f'`{t}`' for t in rec['failures'])}." if rec.get("failures") else "")
+        + (
+            f" The machine's speed meanwhile: `{ref['command']}` took {ref['before_s']} s before the run and "
+            f"{ref['after_s']} s after it (median of 3)."
+            if (ref := rec.get("reference"))
+            else ""
+        )
     )
 
 
