@@ -97,12 +97,11 @@ def build_project(base: Path, env: dict[str, str], losses: list[str] | None = No
     if not (mirror / "senteval" / "downstream").is_dir():
         raise SystemExit(f"error: data mirror {mirror} has no senteval/downstream; set FOCALCSE_DATA_MIRROR")
     tiny = save_tiny_backbone(base / "tiny-backbone")
-    ablation: dict[str, Any] = {"temperatures": [0.1], "ms": [0.2]}
-    sweep: dict[str, Any] = {}
+    overrides: dict[str, Any] = {"ablation": {"temperatures": [0.1], "ms": [0.2]}}
     if losses:  # fewer items; the ablated loss must be one of them
-        sweep = {"sweep": {**TINY_PARAMS["sweep"], "losses": list(losses)}}
-        ablation["loss"] = losses[-1]
-    coord = make_tiny_project(base / "coordinator", mirror, tiny, ablation=ablation, **sweep)
+        overrides["sweep"] = {**TINY_PARAMS["sweep"], "losses": list(losses)}
+        overrides["ablation"]["loss"] = losses[-1]
+    coord = make_tiny_project(base / "coordinator", mirror, tiny, **overrides)
     origin = base / "origin.git"
     sh(["git", "clone", "--quiet", "--bare", str(coord), str(origin)], base, env)
     sh(["git", "remote", "add", "origin", str(origin)], coord, env)

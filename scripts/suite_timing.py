@@ -54,9 +54,9 @@ def failed_tests(text: str) -> list[str]:
 
 
 # The machine's speed at the time, besides the suite: the import a DVC stage process starts with
-# (torch, then transformers' BERT modules; ~8 s of a tiny train item's ~13 s). On a shared 2-core VM
-# the same suite took 1440-1697 s at one kind; this figure, taken before and after, says how fast the
-# machine was meanwhile.
+# (torch, then transformers' BERT modules; ~8 s of a tiny train item's ~13 s). On a shared VM the
+# suite's wall time moves with the machine's speed; this figure, taken before and after, says how fast
+# the machine was meanwhile.
 REFERENCE = "import torch, transformers.models.bert.modeling_bert"
 
 

@@ -85,11 +85,16 @@ def apply_output_recipe(repo: Path) -> None:
 FRAMEWORKS_SET = "tests/test_dvc_yaml.py::test_dvc_expands_dvc_yaml_as_the_table_does[frameworks]"
 
 
-def changed_files(repo: Path) -> set[str]:
+def git_status(repo: Path, *args: str) -> list[str]:
+    """``git status --porcelain`` lines (status, space, path) in ``repo``, with ``args`` added."""
     out = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True
+        ["git", "status", "--porcelain", *args], cwd=repo, capture_output=True, text=True, check=True
     )
-    return {line[3:] for line in out.stdout.splitlines()}
+    return out.stdout.splitlines()
+
+
+def changed_files(repo: Path) -> set[str]:
+    return {line[3:] for line in git_status(repo)}
 
 
 def test_task_and_output_recipes_on_a_copy(tmp_path: Path, data_mirror: Path, tiny_backbone: Path) -> None:
@@ -252,13 +257,7 @@ def test_framework_recipe_on_a_copy(tmp_path: Path, data_mirror: Path, tiny_back
     assert "Toy framework + Focal-InfoNCE" in report  # its rows in Table 3
     # no ablation points: the report's (empty) ablation folder stays in git through a DVC-ignored .gitkeep
     assert [p.name for p in (here / "metrics/ablation").iterdir()] == [".gitkeep"]
-    untracked = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=all", "sets/toyfw/metrics"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
+    untracked = git_status(repo, "--untracked-files=all", "sets/toyfw/metrics")
     assert "?? sets/toyfw/metrics/ablation/.gitkeep" in untracked, untracked  # git would commit it
     # the set ran apart: the checkout's own params and outputs are untouched
     assert (repo / "params.yaml").read_bytes() == default_params

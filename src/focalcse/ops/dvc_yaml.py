@@ -170,7 +170,6 @@ class Project:
         return set(_memo(key, lambda: frozenset(self._closure(roots, observers))))
 
     def _closure(self, roots: tuple[Path, ...], observers: tuple[str, ...]) -> set[str]:
-
         def observed(module: str) -> bool:  # an observer, or a module inside an observer package
             return any(module == o or module.startswith(f"{o}.") for o in observers)
 
