@@ -1047,7 +1047,11 @@ def test_departures_are_computed_from_params(tmp_path) -> None:
     assert "`all-MiniLM-L6-v2`" in text and "already sentence-tuned" in text
     assert f"{cpu.data.num_sentences:,} sentences" in text and "10^6" in text
     assert f"every {cpu.train.eval_steps} steps (reference 125)" in text
-    assert f"Encoder under {cpu.train.precision} autocast" in text
+    # the CPU default is fp32, as the paper's recipe; its bf16 overlay departs from it
+    assert "autocast" not in text and any("encoder in fp32" in x for x in r.matches)
+    from focalcse.paramsets import load_set
+
+    assert "Encoder under bf16 autocast" in " ".join(recipe(load_set(REPO, "cpu-bf16")).departures)
     assert any("fp32" in x and "cross-entropy" in x for x in r.matches)
     assert any("gradient clipping to global norm 1.0" in x for x in r.matches)
     # the same report on other params says other things: nothing here is the CPU default hard-coded
@@ -1223,8 +1227,12 @@ def test_the_report_writes_and_prints_what_produced_the_run(synthetic, monkeypat
     build_report(params, Layout.at(root), commit="cafe123")
     record = json.loads((root / "reports/provenance.json").read_text())
     assert record["commit"] == "cafe123" and record["param_set"] == "synthetic"
-    assert record["command"] == "make reproduce PARAMS=synthetic" and record["wall_seconds"] > 1e9 - 1000
+    assert record["command"] == "make reproduce PARAMS=synthetic"
     assert record["cpu_model"] == cpu_info()["cpu_model"] and record["date"][:2] == "20"
+    # the synthetic items' metas carry no run_started: none ran in this invocation, so its time is a
+    # rerun's, not a full run's
+    assert record["wall_seconds"] is None and "a rerun: 0 of " in record["unrecorded"]["wall_seconds"]
+    assert record["rerun"]["items_run"] == 0 and record["rerun"]["seconds"] > 1e9 - 1000
     md = (root / "reports/report.md").read_text()
     assert "Command: `make reproduce PARAMS=synthetic`" in md and "Commit: `cafe123`" in md
     # outside `make reproduce`: no command nor wall time, each with its reason
@@ -1239,3 +1247,37 @@ def test_the_report_writes_and_prints_what_produced_the_run(synthetic, monkeypat
     assert run_record(params, ReportData(significance={}), "c", env={RUN_STARTED_ENV: "1500"}, now=2000.0)[
         "wall_seconds"
     ] == pytest.approx(500.0)
+
+
+def test_a_partial_rerun_keeps_the_full_runs_wall_time(synthetic) -> None:
+    """Every item ran in this invocation (its meta's run_started is this run's): a full run, its wall
+    time recorded. Some were up to date: the previous full run's record is kept, this one beside it."""
+    from focalcse.report.provenance import RUN_STARTED_ENV, run_record
+
+    params, _ = synthetic
+
+    def data(*started: str) -> ReportData:
+        trains = {
+            ("b", "l", i): {"wall_seconds": 1.0, "meta": {"run_started": s}} for i, s in enumerate(started)
+        }
+        return ReportData(significance={}, trains=trains)
+
+    env = {RUN_STARTED_ENV: "1000", "FOCALCSE_RUN_COMMAND": "make reproduce"}
+    full = run_record(params, data("1000", "1000"), "aaaaaaa", env=env, now=1600.0)
+    assert full["wall_seconds"] == pytest.approx(600.0) and "rerun" not in full
+    partial = run_record(params, data("1000", "500"), "bbbbbbb", env=env, now=1100.0, previous=full)
+    assert partial["wall_seconds"] == pytest.approx(600.0) and partial["commit"] == "aaaaaaa"
+    assert partial["date"] == full["date"]
+    assert partial["rerun"] == {
+        "commit": "bbbbbbb",
+        "cpu_model": full["cpu_model"],
+        "command": "make reproduce",
+        "date": partial["rerun"]["date"],
+        "items_run": 1,
+        "items": 2,
+        "seconds": pytest.approx(100.0),
+    }
+    # no full run to keep: the wall time is unrecorded, saying how to get one
+    alone = run_record(params, data("1000", "500"), "bbbbbbb", env=env, now=1100.0)
+    assert alone["wall_seconds"] is None and "REPRO_ARGS=-f" in alone["unrecorded"]["wall_seconds"]
+    assert alone["rerun"]["items_run"] == 1 and alone["commit"] == "bbbbbbb"

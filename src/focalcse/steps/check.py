@@ -144,8 +144,10 @@ def check_precision(params: Params, cpu: dict[str, Any] | None = None) -> None:
     raise ConfigError(
         f"params {' and '.join(keys)} = 'bf16' on a CPU without bf16 matmul instructions "
         f"({cpu.get('cpu_model')}; flags {', '.join(flags)}; expected one of {', '.join(NATIVE_BF16_FLAGS)}): "
-        "torch runs bf16 matmuls there in a reference loop, tens of times slower than fp32. Run the fp32 "
-        f"set on this machine (`make reproduce PARAMS=cpu-fp32`), or set {SLOW_BF16_ENV}=1 to run bf16 anyway"
+        "torch runs bf16 matmuls there in a reference loop, tens of times slower than fp32. Run in fp32 "
+        "on this machine: the CPU default is fp32 (`make reproduce`, params.yaml; params/cpu-bf16.yaml is "
+        f"for CPUs with bf16 matmul), or set {' and '.join(keys)} to 'fp32' in this set; "
+        f"{SLOW_BF16_ENV}=1 runs bf16 anyway"
     )
 
 
