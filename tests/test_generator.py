@@ -84,7 +84,9 @@ def test_folder_loads_as_masked_lm_with_the_tokenizers_vocab(trained, minilm_tok
 
 def test_record(trained, minilm_path):
     out, record, corpus = trained
-    assert json.loads((out / RECORD_FILE).read_text()) == json.loads(json.dumps(record))
+    written = json.loads((out / RECORD_FILE).read_text())
+    timings = {"train_seconds", "wall_seconds"}
+    assert written == json.loads(json.dumps({k: v for k, v in record.items() if k not in timings}))
     assert record["pretrained"] is True
     assert record["config"] == asdict(TINY)
     assert "tokenizer_source" not in record  # a resolved site-packages path: the step records the name
@@ -113,6 +115,32 @@ def test_loss_decreases_and_is_deterministic(tmp_path, minilm_path):
 
 
 # ---------------------------------------------------------------- the step
+def _folder_md5(folder: Path) -> str:
+    """One md5 over every file's relative name and bytes, as DVC's folder hash depends on both."""
+    h = hashlib.md5()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("framework", ["simcse", "diffcse"])
+def test_a_rerun_leaves_the_generator_folder_byte_identical(tmp_path, monkeypatch, minilm_path, framework):
+    """The folder every train item depends on is the same on a rerun with the same inputs, at another
+    commit and with other timings; only the meta file, which nothing depends on, records those."""
+    layout = Layout.at(tmp_path)
+    write_corpus(layout.corpus_file)
+    params = make_params(("simcse", "diffcse"))
+    folder = layout.generator_dir(framework, BACKBONE)
+    pretrain_generator.run(params, layout, framework, BACKBONE, progress=False)
+    first, first_meta = _folder_md5(folder), layout.generator_meta_file(framework, BACKBONE).read_text()
+    monkeypatch.setattr(pretrain_generator, "git_commit", lambda *a, **k: "another-commit")
+    monkeypatch.setattr("focalcse.provenance.git_commit", lambda *a, **k: "another-commit")
+    pretrain_generator.run(params, layout, framework, BACKBONE, progress=False)
+    assert _folder_md5(folder) == first
+    again_meta = layout.generator_meta_file(framework, BACKBONE).read_text()
+    assert again_meta != first_meta and "another-commit" in again_meta
+
+
 def test_step_trains_when_diffcse_uses_its_own_generator(tmp_path, minilm_path):
     layout = Layout.at(tmp_path)
     write_corpus(layout.corpus_file)
@@ -122,6 +150,11 @@ def test_step_trains_when_diffcse_uses_its_own_generator(tmp_path, minilm_path):
     assert record["pretrained"] is True and record["backbone"] == BACKBONE
     assert record["backbone_source"] == BACKBONE
     assert {"git_commit", "versions", "hardware"} <= set(record["meta"])
+    # the folder the train items depend on holds no commit or timing; those are in the meta file
+    written = json.loads((folder / RECORD_FILE).read_text())
+    assert not {"meta", "train_seconds", "wall_seconds"} & set(written)
+    meta = json.loads(layout.generator_meta_file("diffcse", BACKBONE).read_text())
+    assert meta["meta"] == record["meta"] and meta["wall_seconds"] == record["wall_seconds"] > 0
     assert generator_source(params, layout, "diffcse", BACKBONE) == str(folder)
     # other pretrain settings than the folder was trained with: stale, the stage must run again
     changed = make_params(pretrain=GeneratorConfig(hidden=32, layers=1, heads=2, steps=4, batch_size=8))
@@ -146,10 +179,11 @@ def test_step_without_training_writes_only_the_record(tmp_path, framework, gener
     record = pretrain_generator.run(params, layout, framework, BACKBONE, progress=False)
     assert [p.name for p in folder.iterdir()] == [RECORD_FILE]
     written = json.loads((folder / RECORD_FILE).read_text())
-    assert written == record
+    meta = json.loads(layout.generator_meta_file(framework, BACKBONE).read_text())
+    assert {**written, **meta} == record and "meta" not in written
     assert written["pretrained"] is False and written["generator"] == generator
     assert reason in written["reason"]
-    assert {"git_commit", "versions"} <= set(written["meta"])
+    assert {"git_commit", "versions"} <= set(meta["meta"])
     if generator:
         assert generator_source(params, layout, "diffcse", BACKBONE) == generator
 

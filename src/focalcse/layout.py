@@ -48,6 +48,7 @@ def safe_name(backbone: str) -> str:
 STS_MANIFEST = "manifest.json"
 # the split a train item's dev check scores (focalcse.eval.sts_eval.stsb_dev_evaluator): its only STS input
 DEV_SPLIT = "STSBenchmark-dev"
+ABLATION_TASK = "STSBenchmark"  # the one test split an ablation item (Tables 4, 5) scores
 # in each pretrain_generator item's folder: how its MLM was trained, or why none was
 GENERATOR_RECORD = "generator.json"
 
@@ -143,6 +144,11 @@ class Layout:
         here for a framework that needs one, or a record saying why none is (another framework; a
         configured hub id / folder)."""
         return self.generators_dir / framework / safe_name(backbone)
+
+    def generator_meta_file(self, framework: str, backbone: str) -> Path:
+        """The ``pretrain_generator`` item's provenance and timings, kept outside its folder (which
+        the train items depend on) so that a rerun with the same inputs leaves that folder byte-identical."""
+        return self.metrics_dir / "generators" / f"{framework}-{safe_name(backbone)}.meta.json"
 
     # ---------------------------------------------------------------- metrics
     @property
@@ -242,7 +248,10 @@ class Layout:
                 | with_companions(self.train_metrics(*item), "meta")
             ),
             "evaluate": lambda: with_companions(self.eval_metrics(*item), "meta", "subsets"),
-            "pretrain_generator": lambda: {self.generator_dir(framework, backbone)},
+            "pretrain_generator": lambda: {
+                self.generator_dir(framework, backbone),
+                self.generator_meta_file(framework, backbone),
+            },
             "significance": lambda: (
                 with_companions(self.significance_file, "meta") | with_companions(self.summary_file, "meta")
             ),
@@ -272,7 +281,8 @@ class Layout:
     @property
     def reproduction_tolerance_file(self) -> Path:
         """How far a rerun may differ from the committed results (``focalcse reproduced``): the
-        ``--json`` record of a comparison between runs on two CPU kinds; written by hand, by no stage."""
+        ``--json`` record of a comparison between two runs of the default (code, precision and CPU
+        of each side in it); written by hand, by no stage."""
         return self.root / "docs" / "reproduction-tolerance.json"
 
     # ---------------------------------------------------------------- tracking

@@ -135,10 +135,11 @@ def pretrain_mlm(
         cfg: model size and training settings.
         out_dir: the HF folder written (replaced whole, atomically): model, tokenizer, ``generator.json``.
         progress: show a tqdm bar.
-        extra: more fields for the record (e.g. the backbone name), written before ``meta``.
+        extra: more fields for the record (e.g. the backbone name).
 
     Returns:
-        The ``generator.json`` record.
+        The ``generator.json`` record as written, plus ``train_seconds`` and ``wall_seconds``, which
+        are not written there: the folder is byte-identical on a rerun with the same inputs.
 
     Raises:
         NonFiniteLossError: the loss or the gradient norm became NaN or inf (nothing is written).
@@ -213,17 +214,16 @@ def pretrain_mlm(
         "first_loss": losses[0],
         "final_loss": sum(tail) / len(tail),
         "final_loss_window": len(tail),
-        "train_seconds": train_seconds,
-        "wall_seconds": None,  # filled in below, after saving
         "device": "cpu",
         **(extra or {}),
     }
     with staged_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        record["wall_seconds"] = time.perf_counter() - wall0
+        # the tokenizer as loaded: the one used above carries the truncation state of its last call,
+        # which it has only when the tokenisation was not in the datasets cache
+        AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(tmp)
         write_json(tmp / RECORD_FILE, record)
-    return record
+    return {**record, "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - wall0}
 
 
 __all__ = ["RECORD_FILE", "build_mlm", "pretrain_mlm"]

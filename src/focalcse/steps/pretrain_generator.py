@@ -6,7 +6,10 @@ trained here (:func:`focalcse.core.generator.pretrain_mlm`, on the framework's `
 settings' ``generator`` is ``""``. Every other item's folder holds only ``generator.json`` saying why none is
 trained; that branch imports no torch. Each framework's items depend on their own item only
 (``models/generators/<framework>/<backbone>``), so a framework that needs no generator never waits for
-or reruns after another's. :func:`generator_source` is what training loads as the generator.
+or reruns after another's. That folder holds only what the inputs decide (a rerun leaves it
+byte-identical); the commit, versions, hardware and timings go to the item's ``.meta.json`` under
+``metrics/generators/``, which nothing depends on. :func:`generator_source` is what training loads as
+the generator.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ def run(
 ) -> dict[str, Any]:
     """Train the generator of ``framework`` for ``backbone`` into ``layout.generator_dir(framework,
     backbone)``, or write there only a ``generator.json`` saying why none is trained (``pretrained:
-    false``). Returns the record."""
+    false``), and its provenance to ``layout.generator_meta_file``. Returns the record with ``meta``
+    (and, when trained, ``train_seconds`` / ``wall_seconds``) added: what the two files hold together."""
     out_dir = layout.generator_dir(framework, backbone)
+    meta_file = layout.generator_meta_file(framework, backbone)
     settings = params.frameworks.settings(framework)
     if needs_pretraining(params, framework):
         from focalcse.core.backbones import resolve_backbone
@@ -48,14 +53,16 @@ def run(
             "backbone": backbone,
             "backbone_source": source,
         }  # the portable name, not the resolved path
-        return pretrain_mlm(
-            layout.corpus_file,
-            resolve_backbone(source),
-            cfg,
-            out_dir,
-            progress=progress,
-            extra={**identity, "meta": provenance(**identity, generator_config=asdict(cfg))},
+        record = pretrain_mlm(
+            layout.corpus_file, resolve_backbone(source), cfg, out_dir, progress=progress, extra=identity
         )
+        meta = {
+            "meta": provenance(**identity, generator_config=asdict(cfg)),
+            "train_seconds": record["train_seconds"],
+            "wall_seconds": record["wall_seconds"],
+        }
+        write_json(meta_file, meta)
+        return {**record, **meta}
     if "generator" not in framework_spec(framework).needs:
         configured, reason = "", f"{framework} needs no generator"
     else:
@@ -67,12 +74,13 @@ def run(
         "reason": reason,
         "framework": framework,
         "backbone": backbone,
-        # provenance() without its hardware block, which imports torch (nothing was computed here)
-        "meta": {"git_commit": git_commit(), "versions": versions()},
     }
     with staged_dir(out_dir) as tmp:  # the whole folder: a previously trained model does not linger
         write_json(tmp / RECORD_FILE, record)
-    return record
+    # provenance() without its hardware block, which imports torch (nothing was computed here)
+    meta = {"meta": {"git_commit": git_commit(), "versions": versions()}}
+    write_json(meta_file, meta)
+    return {**record, **meta}
 
 
 def generator_source(params: Params, layout: Layout, framework: str, backbone: str) -> str:
