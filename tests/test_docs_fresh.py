@@ -312,17 +312,13 @@ def test_the_rerun_sentence_counts_failed_tables_and_changed_verdicts(tmp_path) 
 
 
 def test_a_dvc_lock_is_parsed_once_and_again_after_an_edit(tmp_path) -> None:
-    from focalcse.evidence.docs_blocks import _parsed_lock
+    from focalcse.lockfile import lock_stages
 
     lock = tmp_path / "dvc.lock"
-
-    def parse() -> dict:
-        st = lock.stat()
-        return _parsed_lock(str(lock), st.st_mtime_ns, st.st_size)
-
     lock.write_text("schema: '2.0'\nstages:\n  train@a:\n    cmd: python x.py\n")
-    first = parse()
-    assert first == {"schema": "2.0", "stages": {"train@a": {"cmd": "python x.py"}}}
-    assert parse() is first  # the second block that reads it gets the same parse
+    first = lock_stages(lock)
+    assert first == {"train@a": {"cmd": "python x.py"}}
+    assert lock_stages(lock) is first  # the second block that reads it gets the same parse
     lock.write_text("schema: '2.0'\nstages:\n  train@b:\n    cmd: python yy.py\n")
-    assert parse()["stages"] == {"train@b": {"cmd": "python yy.py"}}
+    assert lock_stages(lock) == {"train@b": {"cmd": "python yy.py"}}
+    assert lock_stages(tmp_path / "absent.lock") is None

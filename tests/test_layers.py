@@ -31,7 +31,7 @@ TRACKING = ("mlflow", "prefect", "dvc")  # third-party orchestration / tracking 
 
 # layer -> its modules (package prefixes, relative to focalcse; "" = the package's __init__)
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("", "errors", "atomic", "layout", "provenance", "results"),
+    "base": ("", "errors", "atomic", "layout", "provenance", "results", "lockfile"),
     "core": ("core",),
     "data": ("data",),
     "eval": ("eval",),

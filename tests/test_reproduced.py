@@ -31,7 +31,7 @@ def repo(tmp_path: Path) -> Path:
     """A git repository whose one commit holds the result files this checkout's HEAD commits."""
     root = tmp_path / "repo"
     root.mkdir()
-    wanted = [str(p) for p in source_paths(Layout()) if (REPO / p).exists()]
+    wanted = [str(p) for p in source_paths(Layout()) if (REPO / p).exists()] + ["dvc.lock"]
     tar = subprocess.run(
         ["git", "archive", "--format=tar", "HEAD", "--", *wanted], cwd=REPO, capture_output=True, check=True
     ).stdout
@@ -99,11 +99,46 @@ def test_a_moved_score_is_its_difference_and_a_tolerance_record_decides(repo: Pa
     rc, out, again = run(repo, capsys=capsys)
     assert rc == 0, out
     assert again["tables"]["sts_per_run"]["tolerance"] == table["max_diff"]
-    assert "the largest difference measured between the work tree" in out
+    assert "the largest difference measured between two runs of the default, a rerun (code" in out
+    assert "note:" not in out  # measured on these results' own precision, code and CPU
     # ... and twice the move fails it
     edit(path, lambda d: d.update(STS12=d["STS12"] + 0.0123))
     rc, out, again = run(repo, capsys=capsys)
     assert rc == 1 and again["tables"]["sts_per_run"]["max_diff"] == pytest.approx(0.0246, abs=1e-9)
+
+
+def test_a_tolerance_measured_on_other_code_precision_or_cpu_says_so(repo: Path, capsys) -> None:
+    """The tolerance names what it was measured on; results of another precision, train / evaluate
+    code or CPU kind get one plain note each instead of a silent pass."""
+    _, _, record = run(repo, capsys=capsys)
+    layout = Layout.at(repo)
+    for side in ("compared", "against"):
+        assert {"code_commits", "cpu_models", "precisions", "code"} <= set(record[side])
+        assert record[side]["precisions"]  # e.g. ["eval fp32", "train fp32"] from the items' metas
+    tolerance = layout.reproduction_tolerance_file
+    tolerance.parent.mkdir(parents=True, exist_ok=True)
+    other = json.loads(json.dumps(record))
+    for side in ("compared", "against"):
+        other[side] |= {
+            "precisions": ["eval fp16", "train fp16"],
+            "code": "0123456789ab",
+            "cpu_models": ["Z80"],
+        }
+    tolerance.write_text(json.dumps(other))
+    rc, out, _ = run(repo, capsys=capsys)
+    assert rc == 0, out  # the numbers are within it; what it was measured on is said, not enforced
+    notes = [line for line in out.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 3, out
+    assert "measured on eval fp16, train fp16 results" in notes[0]
+    assert "other train / evaluate code (fingerprint 0123456789ab)" in notes[1]
+    assert "measured on Z80 only" in notes[2]
+    # a record from before these fields: it says it cannot tell
+    for side in ("compared", "against"):
+        for key in ("precisions", "code"):
+            other[side].pop(key)
+    tolerance.write_text(json.dumps(other))
+    _, out, _ = run(repo, capsys=capsys)
+    assert "does not record the precision" in out and "does not record which train / evaluate code" in out
 
 
 def test_a_flipped_verdict_and_a_missing_file_are_reported(repo: Path, capsys) -> None:

@@ -12,10 +12,11 @@ The verdict of a paired test is the one the significance step recorded (``signif
 :func:`focalcse.eval.significance.add_holm`: Holm p < α), never recomputed from the p-values here.
 
 The tolerance lives in one file, :attr:`focalcse.layout.Layout.reproduction_tolerance_file`: the
-``--json`` record of a comparison between runs on two CPU kinds (:func:`tolerance_source`); each
-table's tolerance is that comparison's largest difference on the table. Without the file every value
-must match exactly, as reruns on the AMD EPYC kind do (docs/results.md, "Reproducibility and
-determinism")."""
+``--json`` record of a comparison between two runs of the default; each table's tolerance is that
+comparison's largest difference on the table. Each side of the record names its code commits, its
+train / evaluate code (a fingerprint of the md5s its ``dvc.lock`` records), its precisions and its CPU
+models, and the printout says plainly when the results it checks differ from those in any of these
+(:func:`tolerance_notes`). Without the file every value must match exactly."""
 
 from __future__ import annotations
 
@@ -33,12 +34,14 @@ from typing import Any
 from focalcse.core.frameworks import default_framework
 from focalcse.eval.significance import GEOMETRY_FAMILY
 from focalcse.layout import Layout, companion_file, result_files
+from focalcse.lockfile import code_fingerprint, lock_stages
 from focalcse.results import read_result
 
 Numbers = dict[str, float]
 Words = dict[str, str]
 Extract = Callable[[Mapping[str, Any]], tuple[Numbers, Words]]
 WORK_TREE = "the work tree"
+LOCK_FILE = "dvc.lock"
 SHOWN = 5  # differences listed per kind and table; the rest are counted
 
 
@@ -267,7 +270,7 @@ def committed_tree(root: Path, rev: str, dest: Path) -> str:
     """Write the result files of commit ``rev`` (those of :func:`source_paths`) under ``dest``, at
     the paths they have in the checkout; return the commit's full hash."""
     sha = commit_of(root, rev)
-    wanted = [str(p) for p in source_paths(Layout())]
+    wanted = [str(p) for p in source_paths(Layout())] + [LOCK_FILE]  # the lock: which code ran
     listed = _git(root, "ls-tree", "-r", "-z", "--name-only", sha, "--", *wanted)
     names = [n for n in listed.stdout.split("\0") if n]
     if not names:
@@ -372,11 +375,20 @@ def _provenance(layout: Layout, docs: Mapping[str, Mapping[str, Any]]) -> dict[s
     runs = [layout.eval_dir, layout.train_metrics_dir, layout.ablation_dir]
     prefixes = tuple(f"{d.relative_to(layout.root).as_posix()}/" for d in runs)
     metas = [d.get("meta") or {} for rel, d in docs.items() if rel.startswith(prefixes)]
+    precisions = {
+        f"{step} {m[key]['precision']}"
+        for m in metas
+        for step, key in (("train", "train_config"), ("eval", "eval_config"))
+        if isinstance(m.get(key), dict) and m[key].get("precision")
+    }
     return {
         "cpu_models": sorted(
             {str(m["hardware"]["cpu_model"]) for m in metas if (m.get("hardware") or {}).get("cpu_model")}
         ),
         "code_commits": sorted({str(m["git_commit"]) for m in metas if m.get("git_commit")}),
+        "precisions": sorted(precisions),
+        # the train and evaluate code its dvc.lock records (None without a lock)
+        "code": code_fingerprint(lock_stages(layout.root / LOCK_FILE)),
     }
 
 
@@ -413,25 +425,82 @@ def load_tolerance(layout: Layout) -> Tolerance:
     return Tolerance(per_table, source, path)
 
 
-def _side_text(side: Mapping[str, Any]) -> str:
+def _side_text(side: Mapping[str, Any], name: str | None = None) -> str:
     cpus = " and ".join(side.get("cpu_models") or ["CPU not recorded"])
     code = ", ".join(c[:7] for c in side.get("code_commits") or []) or "not recorded"
-    return f"{side['name']} (code {code}, {cpus})"
+    precision = ", ".join(side.get("precisions") or []) or "precision not recorded"
+    return f"{side['name'] if name is None else name} (code {code}, {precision}, {cpus})"
+
+
+# each table's unit, as the tolerance sentence names it
+UNITS = {
+    "sts_per_run": "Spearman × 100",
+    "sts_means": "Spearman × 100",
+    "deltas": "Spearman × 100",
+    "p_values": "p",
+    "geometry": "alignment / uniformity",
+    "ablation": "STS-B Spearman × 100",
+    "training": "STS-B dev Spearman × 100",
+    "hard_negatives": "cosine",
+}
 
 
 def tolerance_text(tol: Tolerance) -> str:
     """Where the tolerance comes from, in one sentence (printed, and quoted in README.md)."""
     if tol.source is None:
         return (
-            f"No cross-CPU-kind comparison is recorded ({Layout().reproduction_tolerance_file.as_posix()} is "
-            "absent), so every value must equal the committed one exactly (within one CPU kind a rerun of "
-            "an item is byte-identical: docs/determinism.json)."
+            f"No tolerance is recorded ({Layout().reproduction_tolerance_file.as_posix()} is absent), so "
+            "every value must equal the committed one exactly."
         )
-    figures = ", ".join(f"{name} {value:.3g}" for name, value in tol.per_table.items())
-    return (
-        f"Tolerance per table, the largest difference measured between {_side_text(tol.source['compared'])} "
-        f"and {_side_text(tol.source['against'])}: {figures}."
+    figures = "; ".join(
+        f"{name} {value:.3g} ({UNITS.get(name, 'its unit')})" for name, value in tol.per_table.items()
     )
+    return (
+        "Each table's tolerance is the largest difference measured between two runs of the default, "
+        f"{_side_text(tol.source['compared'], 'a rerun')} against "
+        f"{_side_text(tol.source['against'], 'the committed run')}: {figures}."
+    )
+
+
+def _all(cmp_sides: list[Mapping[str, Any]], key: str) -> set[str]:
+    return {str(v) for side in cmp_sides for v in (side.get(key) or [])}
+
+
+def tolerance_notes(cmp: Comparison) -> list[str]:
+    """What the tolerance was not measured on, among what this comparison checks: other train /
+    evaluate code, another precision, another CPU kind (one line each; none when it applies)."""
+    if cmp.tolerance.source is None:
+        return []
+    measured = [cmp.tolerance.source["compared"], cmp.tolerance.source["against"]]
+    checked = [cmp.compared, cmp.against]
+    where = cmp.tolerance.path.name
+    notes = []
+    tol_prec, prec = _all(measured, "precisions"), _all(checked, "precisions")
+    if not tol_prec:
+        notes.append(f"the tolerance ({where}) does not record the precision it was measured on")
+    elif prec and prec != tol_prec:
+        notes.append(
+            f"the tolerance was measured on {', '.join(sorted(tol_prec))} results, these are "
+            f"{', '.join(sorted(prec))}: it does not say how far such results may differ"
+        )
+    tol_code = {str(s.get("code")) for s in measured if s.get("code")}
+    code = {str(s.get("code")) for s in checked if s.get("code")}
+    if not tol_code:
+        notes.append(
+            f"the tolerance ({where}) does not record which train / evaluate code it was measured on"
+        )
+    elif code - tol_code:
+        notes.append(
+            f"the tolerance was measured on other train / evaluate code (fingerprint {', '.join(sorted(tol_code))}) "
+            f"than these results (fingerprint {', '.join(sorted(code))}, from their dvc.lock)"
+        )
+    tol_cpu, cpu = _all(measured, "cpu_models"), _all(checked, "cpu_models")
+    if cpu - tol_cpu:
+        notes.append(
+            f"the tolerance was measured on {' and '.join(sorted(tol_cpu)) or 'no recorded CPU'} only; these "
+            f"results ran on {' and '.join(sorted(cpu))}, whose kernels may differ in the last bits"
+        )
+    return notes
 
 
 @dataclass
@@ -510,6 +579,7 @@ def lines(cmp: Comparison) -> list[str]:
     out = [
         f"{_side_text(cmp.compared)} against {_side_text(cmp.against)}",
         tolerance_text(cmp.tolerance),
+        *(f"note: {n}" for n in tolerance_notes(cmp)),
         "",
         f"{'table':<16} {'values':>6} {'max |diff|':>10} {'tolerance':>9}  {'numbers':<7}  {'verdicts':<14} what",
     ]
