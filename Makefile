@@ -32,13 +32,15 @@ test: $(STAMP)
 # there, so one set never prunes or overwrites another's. Either way the parameters are validated
 # before DVC reads dvc.yaml (docs/reliability.md). Last, the default's run re-renders the numbers
 # README.md and docs/*.md quote (`make docs`) from the results it just wrote.
+# REPRO_ARGS: more `dvc repro` arguments, e.g. REPRO_ARGS=-f to rerun every stage (a full run's wall time)
 PARAMS ?=
+REPRO_ARGS ?=
 reproduce: $(STAMP)
 	@if [ -n "$(PARAMS)" ]; then $(VENV)/bin/focalcse params use $(PARAMS) || exit 2; \
 	else $(VENV)/bin/focalcse params check || exit 2; fi
 	cd $(if $(PARAMS),sets/$(PARAMS),.) && \
 	  FOCALCSE_RUN_STARTED=$$(date +%s) FOCALCSE_RUN_COMMAND="make reproduce$(if $(PARAMS), PARAMS=$(PARAMS))" \
-	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/dvc repro
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CURDIR)/$(VENV)/bin/dvc repro $(REPRO_ARGS)
 	@if [ -z "$(PARAMS)" ]; then echo "cog -r README.md docs/*.md"; $(VENV)/bin/cog -r $(DOCS) >/dev/null || exit 1; fi
 
 # The numbers of README.md and docs/*.md, rendered from the committed result files between cog markers

@@ -114,6 +114,15 @@ def versions() -> dict[str, str]:
     return out
 
 
+# set by `make reproduce` around `dvc repro` (epoch seconds): each item's meta records it, so the report
+# can tell a full run (every item ran in this invocation) from a rerun that skipped up-to-date items
+RUN_STARTED_ENV = "FOCALCSE_RUN_STARTED"
+
+
 def provenance(**extra: Any) -> dict[str, Any]:
-    """A ``meta`` block: commit, versions, hardware, plus the caller's fields (params, data, ...)."""
-    return {"git_commit": git_commit(), "versions": versions(), "hardware": hardware(), **extra}
+    """A ``meta`` block: commit, versions, hardware, plus the caller's fields (params, data, ...);
+    ``run_started`` when the step runs inside ``make reproduce`` (:data:`RUN_STARTED_ENV`)."""
+    meta = {"git_commit": git_commit(), "versions": versions(), "hardware": hardware(), **extra}
+    if started := os.environ.get(RUN_STARTED_ENV):
+        meta["run_started"] = started
+    return meta

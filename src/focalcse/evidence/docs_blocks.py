@@ -18,7 +18,6 @@ computed here with scipy; the verdict word follows that p at the set's α.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Sequence
@@ -26,13 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from focalcse import lockfile
 from focalcse.config import Params, load_params
 from focalcse.core.frameworks import default_framework
 from focalcse.layout import Layout, is_companion
+from focalcse.lockfile import CODE_STAGES
 from focalcse.report.data import ReportData, load_report_data
 from focalcse.report.labels import column_label, framework_label, loss_label
 from focalcse.report.prose import band_line, band_sentence, last_step_note
-from focalcse.report.provenance import PROVENANCE_FILE, provenance_lines
+from focalcse.report.provenance import FULL_RUN_HOW, PROVENANCE_FILE, provenance_lines, rerun_text
 from focalcse.report.render import fmt, fmt_diff, fmt_p, fmt_seconds, fmt_summary, table_markdown
 from focalcse.report.tables import ablation_table, seed_band, table3
 
@@ -411,67 +412,24 @@ def provenance_field(name: str, key: str) -> Any:
     return _read(result_set(name).provenance_file).get(key)
 
 
-CODE_STAGES = ("train", "evaluate")  # the stages whose code decides a model's bytes and its scores
-CODE_ROOTS = ("src/", "stages/")
-
-
-@functools.lru_cache(maxsize=16)
-def _parsed_lock(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
-    """A ``dvc.lock`` parsed once per content version (its path, mtime and size: an edit re-reads it);
-    libyaml's loader where PyYAML has it (a 240 kB lock: ~1 s in pure Python, read by ~17 blocks)."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=loader) or {}
-
-
 def _lock_stages(name: str) -> dict[str, Any] | None:
-    """The stage entries of set ``name``'s ``dvc.lock`` (``None`` for a committed copy without one);
-    the cached parse itself, so callers only read it."""
+    """The stage entries of set ``name``'s ``dvc.lock`` (``None`` for a committed copy without one)."""
     rs = result_set(name)
-    path = rs.layout.root / "dvc.lock" if rs.layout is not None else None
-    if path is None or not path.is_file():
-        return None
-    st = path.stat()
-    lock = _parsed_lock(str(path.resolve()), st.st_mtime_ns, st.st_size)
-    return lock.get("stages") or {}
+    return lockfile.lock_stages(rs.layout.root / "dvc.lock") if rs.layout is not None else None
 
 
 def code_md5s(name: str, stages: Sequence[str] = CODE_STAGES) -> dict[str, str] | None:
     """Every code file the ``stages`` items of set ``name`` depend on, with the md5 its ``dvc.lock``
-    records (paths as from the repository root: a set folder's ``../../src/...`` is ``src/...``);
-    ``None`` for a set without a ``dvc.lock`` (a committed copy)."""
+    records (:func:`focalcse.lockfile.code_md5s`); ``None`` for a set without a ``dvc.lock``."""
     lock = _lock_stages(name)
-    if lock is None:
-        return None
-    md5s: dict[str, str] = {}
-    for stage, entry in lock.items():
-        if stage.split("@", 1)[0] not in stages:
-            continue
-        for dep in entry.get("deps") or []:
-            path = dep["path"]
-            while path.startswith("../"):
-                path = path[3:]
-            if path.startswith(CODE_ROOTS):
-                seen = md5s.setdefault(path, dep["md5"])
-                if seen != dep["md5"]:  # one file at two contents within a set: items of two code versions
-                    md5s[path] = "mixed"
-    return md5s
+    return None if lock is None else lockfile.code_md5s(lock, stages)
 
 
 def model_md5s(name: str) -> dict[str, str] | None:
     """Each train item of set ``name`` with the md5 of its model folder in the set's ``dvc.lock``
     (``None`` for a committed copy without one)."""
     lock = _lock_stages(name)
-    if lock is None:
-        return None
-    return {
-        stage: out["md5"]
-        for stage, entry in lock.items()
-        if stage.startswith("train@")
-        for out in entry.get("outs") or []
-        if out["path"].startswith("models/")
-    }
+    return None if lock is None else lockfile.model_md5s(lock)
 
 
 def _eval_doc(name: str, lock: dict[str, Any], train_item: str) -> Any:
@@ -609,7 +567,6 @@ def sets_table(names: Sequence[str]) -> str:
     for name in names:
         rs = result_set(name)
         rec = _read(rs.provenance_file)
-        wall = rec.get("wall_seconds")
         rows.append(
             [
                 f"`{rs.provenance_file.parent.relative_to(Path.cwd()).as_posix()}/`",
@@ -617,10 +574,23 @@ def sets_table(names: Sequence[str]) -> str:
                 f"`{rec['param_set']}`" if rec.get("param_set") else "not recorded",
                 rec.get("cpu_model") or "not recorded",
                 f"`{rec['command']}`" if rec.get("command") else "not recorded",
-                f"{fmt_seconds(wall)} ({wall:.0f} s)" if wall is not None else "not recorded",
+                _wall_cell(rec),
             ]
         )
-    return _md(["results", "commit", "parameter set", "CPU", "command", "wall time"], rows)
+    return _md(["results", "commit", "parameter set", "CPU", "command", "wall time (full run)"], rows)
+
+
+def _wall_cell(rec: dict[str, Any]) -> str:
+    """A full run's wall time, and any later partial rerun beside it (never in its place)."""
+    wall = rec.get("wall_seconds")
+    cell = (
+        f"{fmt_seconds(wall)} ({wall:.0f} s)"
+        if wall is not None
+        else f"no full run recorded ({FULL_RUN_HOW})"
+    )
+    if rec.get("rerun"):
+        cell += f"; later rerun: {rerun_text(rec['rerun'])}"
+    return cell
 
 
 def timing_table(names: Sequence[str]) -> str:

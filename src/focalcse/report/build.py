@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from focalcse.atomic import atomic_write, staged_dir
 from focalcse.config import Params
@@ -43,9 +44,21 @@ def build_report(
 
     data = load_report_data(params, layout)
     out = layout.reports_dir
+    previous = _read_previous(out / PROVENANCE_FILE)  # its full run survives a partial rerun
     with staged_dir(out) as tmp:
-        paths = write_report(params, data, tmp, str(params_file), commit or git_commit(), sections)
+        paths = write_report(
+            params, data, tmp, str(params_file), commit or git_commit(), sections, previous=previous
+        )
     return {k: out / p.relative_to(tmp) for k, p in paths.items()}
+
+
+def _read_previous(path: Path) -> dict[str, Any] | None:
+    """The provenance record the last report wrote (the stage's output persists), or None."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def make_doc(ctx: Context, sections: Sequence[Section] | None = None) -> Doc:
@@ -63,9 +76,12 @@ def write_report(
     params_file: str,
     commit: str,
     sections: Sequence[Section] | None = None,
+    previous: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """The report in folder ``out``: figures, then ``report.md`` and ``index.html``."""
-    ctx = Context(params, data, Doc(TITLE), out, params_file, commit, run=run_record(params, data, commit))
+    """The report in folder ``out``: figures, then ``report.md`` and ``index.html``; ``previous``: the
+    last run's provenance record (:func:`~focalcse.report.provenance.run_record`)."""
+    run = run_record(params, data, commit, previous=previous)
+    ctx = Context(params, data, Doc(TITLE), out, params_file, commit, run=run)
     doc = make_doc(ctx, sections)
     paths = dict(ctx.paths)
     atomic_write(out / PROVENANCE_FILE, json.dumps(ctx.run, indent=2) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from focalcse.config import Params
+from focalcse.provenance import RUN_STARTED_ENV
 from focalcse.report.data import ReportData
 from focalcse.report.labels import framework_label
 from focalcse.report.render import (
@@ -89,18 +90,38 @@ def provenance_items(params: Params, data: ReportData, params_file: str, commit:
 PROVENANCE_FILE = "provenance.json"  # beside each set's report.md
 PROVENANCE_FIELDS = ("commit", "param_set", "cpu_model", "cpu_flags", "command", "wall_seconds", "date")
 # set by `make reproduce` around `dvc repro`: the command and its start (epoch seconds)
-RUN_COMMAND_ENV, RUN_STARTED_ENV = "FOCALCSE_RUN_COMMAND", "FOCALCSE_RUN_STARTED"
+RUN_COMMAND_ENV = "FOCALCSE_RUN_COMMAND"
+FULL_RUN_HOW = "`make reproduce REPRO_ARGS=-f` reruns every stage and records a full run's time"
+
+
+def items_run(data: ReportData, started: str | None) -> tuple[int, int]:
+    """(items whose meta says they ran in the ``make reproduce`` invocation that started at
+    ``started``, items the report reads): equal when that invocation was a full run."""
+    metas = _metas(data)
+    ran = sum(1 for m in metas if started and m.get("run_started") == started)
+    return ran, len(metas)
 
 
 def run_record(
-    params: Params, data: ReportData, commit: str, env: dict[str, str] | None = None, now: float | None = None
+    params: Params,
+    data: ReportData,
+    commit: str,
+    env: dict[str, str] | None = None,
+    now: float | None = None,
+    previous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What produced this run's results, at its end (the report stage): commit, parameter set
     (``tracking.experiment``), this machine's CPU model and matmul flags (``/proc/cpuinfo``), the
     command, the wall time since it started and the date it ended (from ``make reproduce``'s
     environment), and the sum of the stage wall times the metrics files record. A field that cannot be
-    known is None, its reason under ``unrecorded``. Outside ``make reproduce`` the record holds no
-    clock reading, so a plain ``dvc repro`` of an unchanged run rebuilds a byte-identical report."""
+    known is None, its reason under ``unrecorded``.
+
+    The wall time is a full run's only: when some items were up to date and did not run (their meta
+    has another ``run_started``), or the run did not go through ``make reproduce``, the ``previous``
+    record's full run (the report folder's ``provenance.json`` before this run) is kept and this run is
+    recorded under ``rerun`` beside it; without such a record the wall time is unrecorded, saying how
+    to get one. Outside ``make reproduce`` the record holds no clock reading, so a plain ``dvc repro``
+    of an unchanged run rebuilds a byte-identical report."""
     import os
     import time
     from datetime import datetime, timezone
@@ -122,15 +143,36 @@ def run_record(
         "unrecorded": {},
     }
     started = env.get(RUN_STARTED_ENV)
+    seconds, why_not = None, None
     if started:
         record["date"] = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")
         try:
-            record["wall_seconds"] = round(now - float(started), 1)
+            seconds = round(now - float(started), 1)
         except ValueError:
-            record["unrecorded"]["wall_seconds"] = f"{RUN_STARTED_ENV}={started!r} is not epoch seconds"
+            why_not = f"{RUN_STARTED_ENV}={started!r} is not epoch seconds"
     else:
-        why = f"not started through `make reproduce` ({RUN_STARTED_ENV} unset)"
-        record["unrecorded"]["wall_seconds"] = record["unrecorded"]["date"] = why
+        why_not = f"not started through `make reproduce` ({RUN_STARTED_ENV} unset)"
+        record["unrecorded"]["date"] = why_not
+    ran, items = items_run(data, started)
+    if seconds is not None and ran == items:
+        record["wall_seconds"] = seconds
+    else:
+        if why_not is None:
+            why_not = f"a rerun: {ran} of {items} items ran, the rest were up to date; {FULL_RUN_HOW}"
+        rerun = {k: record[k] for k in ("commit", "cpu_model", "command", "date") if record[k] is not None}
+        rerun |= {"items_run": ran, "items": items} if started else {}
+        rerun |= {"seconds": seconds} if seconds is not None else {}
+        if previous and previous.get("wall_seconds") is not None:
+            kept = {k: previous.get(k) for k in PROVENANCE_FIELDS}
+            record |= kept | {"stage_seconds": record["stage_seconds"], "rerun": rerun}
+            if previous.get("unrecorded"):
+                record["unrecorded"] = {
+                    k: v for k, v in previous["unrecorded"].items() if kept.get(k) is None
+                }
+            return record
+        record["unrecorded"]["wall_seconds"] = why_not
+        if started:
+            record["rerun"] = rerun
     if record["command"] is None:
         record["unrecorded"]["command"] = f"not started through `make reproduce` ({RUN_COMMAND_ENV} unset)"
     if record["param_set"] is None:
@@ -166,4 +208,21 @@ def provenance_lines(record: dict[str, Any]) -> list[str]:
         "Command: " + show("command", code(record.get("command"))),
         "Wall time: " + show("wall_seconds", None if wall is None else f"{fmt_seconds(wall)} ({wall:.0f} s)"),
         "Date: " + show("date", record.get("date")),
+        *([f"Later rerun: {rerun_text(record['rerun'])}"] if record.get("rerun") else []),
     ]
+
+
+def rerun_text(rerun: dict[str, Any]) -> str:
+    """A ``rerun`` entry of a provenance record in words: what ran, where, how long."""
+    parts = []
+    if "items" in rerun:
+        parts.append(f"{rerun['items_run']} of {rerun['items']} items ran")
+    if rerun.get("commit"):
+        parts.append(f"at `{str(rerun['commit'])[:7]}`")
+    if rerun.get("cpu_model"):
+        parts.append(f"on {rerun['cpu_model']}")
+    if rerun.get("seconds") is not None:
+        parts.append(f"in {rerun['seconds']:.0f} s")
+    if rerun.get("date"):
+        parts.append(f"({rerun['date']})")
+    return " ".join(parts) or "not recorded"
