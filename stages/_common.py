@@ -71,6 +71,69 @@ def _write_traceback(kind, value, tb) -> Path | None:
 sys.excepthook = _concise_errors
 
 
+def _stop_with_parent() -> None:
+    """End this stage when the process that started it (``dvc repro``, a flow, a shell) dies, however
+    it died: a stage left running under init would go on writing outputs that a rerun writes too.
+    Linux's parent-death signal covers a parent that exits; a watcher thread covers the rest (the
+    parent's starting thread ending first, other systems), noticing within a second that this process
+    was re-parented."""
+    import signal
+    import threading
+
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        print(
+            f"error: the process that started this stage (pid {parent}) has ended; stopping", file=sys.stderr
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if parent != 1:  # started by init itself (a container's entry point): nothing to watch
+        threading.Thread(target=watch, name="stop-with-parent", daemon=True).start()
+
+
+_stop_with_parent()
+
+
+LOCK_DIR = Path(".focalcse") / "locks"  # beside the stage's outputs (git- and DVC-ignored)
+
+
+@contextmanager
+def item_lock(item: str) -> Iterator[None]:
+    """Hold the lock file of ``item`` (its DVC name) for as long as the block runs, with this process's
+    pid in it: one process per item, whatever ended the last one (``flock``: the kernel drops the lock
+    of a dead process). A second process on the same item stops with one line naming the holder."""
+    import fcntl
+
+    path = LOCK_DIR / (re.sub(r"[^A-Za-z0-9._-]+", "_", item) + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            sys.exit(
+                f"error: {item} is already running in process {holder} (it holds {path.resolve()}); "
+                "wait for it or stop it, then run this item again"
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def params() -> Params:
     try:
         return load_params(PARAMS_FILE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from _common import LAYOUT, params
+from _common import LAYOUT, item_lock, params
 
 from focalcse.layout import ABLATION_KINDS
 from focalcse.steps import ablate
@@ -14,7 +14,8 @@ if __name__ == "__main__":
     parser.add_argument("kind", choices=sorted(ABLATION_KINDS))
     parser.add_argument("value", help="the swept value, as dvc.yaml renders it (names the output file)")
     args = parser.parse_args()
-    out = ablate.run(params(), LAYOUT, args.kind, args.value)
+    with item_lock(f"ablate_{args.kind}@{args.value}"):
+        out = ablate.run(params(), LAYOUT, args.kind, args.value)
     print(
         f"{args.kind}={args.value}: STS-B test {out['STSBenchmark']:.2f} (best dev {out['stsb_dev_best']:.2f})"
     )

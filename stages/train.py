@@ -14,9 +14,10 @@ the MLflow run; the other ranks only train::
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
-from _common import LAYOUT, matrix_args, params, transient_exit
+from _common import LAYOUT, item_lock, matrix_args, params, transient_exit
 
 from focalcse.layout import run_name
 from focalcse.ops.tracking import train_run
@@ -29,7 +30,13 @@ def main() -> int:
     item = (args.backbone, args.loss, args.seed)
     fw = args.framework
     cfg = p.train_config(*item, fw)  # a bad value stops here, before any work
+    if os.environ.get("RANK", "0") != "0":  # torchrun's other ranks: rank 0 holds the item's lock
+        return _train(p, item, fw, cfg)
+    with item_lock(f"train@{fw}-{'-'.join(map(str, item))}"):
+        return _train(p, item, fw, cfg)
 
+
+def _train(p, item, fw, cfg) -> int:
     import torch
 
     from focalcse.core.distributed import cleanup, init_distributed

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.config import Params
-from focalcse.layout import ABLATION_KINDS, DEV_SPLIT, Layout, companion_file
+from focalcse.layout import ABLATION_KINDS, ABLATION_TASK, DEV_SPLIT, Layout, companion_file
 
 Values = Mapping[str, Any]  # an item's values: the matrix axes plus FIRST_SEED
 
@@ -211,7 +211,15 @@ def _ablate(kind: str, above: tuple[str, ...] = ()) -> Stage:
         f"ablate_{kind}",
         cmd=lambda v: f"python stages/ablate.py {kind} {v[axis]}",
         matrix=((axis, f"ablation.{key}", f"the default {point}'s point is the main sweep's run"),),
-        deps=lambda L, v: [line(L.corpus_file), line(L.sts_dir)],
+        deps=lambda L, v: [
+            line(L.corpus_file),
+            line(L.sts_manifest, "the prepared splits' counts (read before any split)"),
+            line(L.sts_split(DEV_SPLIT), "checkpoint selection"),
+            line(
+                L.sts_split(ABLATION_TASK),
+                "the one test split it scores: other tasks' edits rerun no ablation",
+            ),
+        ],
         params=lambda v: [*map(line, ABLATION_PARAMS), line(f"frameworks.{v[REFERENCE]}")],
         outs=outs,
         own_loss="${ablation.loss}",
@@ -295,12 +303,19 @@ STAGES: tuple[Stage, ...] = (
         matrix=SWEEP_AXES[:2],
         deps=lambda L, v: [line(L.corpus_file)],
         params=lambda v: [line(f"frameworks.{v['framework']}"), line("backbone_overrides")],
-        outs=lambda L, v: [line(L.generator_dir(v["framework"], v["backbone"]))],
+        outs=lambda L, v: [
+            line(L.generator_dir(v["framework"], v["backbone"])),
+            plain(
+                L.generator_meta_file(v["framework"], v["backbone"]),
+                comment="provenance and timings: nothing depends on them",
+            ),
+        ],
         own_framework=ITEM_FRAMEWORK,
         above=(
             "The MLM generator of each framework item (framework x backbone): trained here on the corpus for a",
             'framework whose SPEC needs one (DiffCSE) when its settings name none (frameworks.<f>.generator: "";',
             "no MLM can be downloaded offline); otherwise the item writes only generator.json saying why not.",
+            "Its folder holds nothing that changes between reruns: commit and timings go to metrics/generators/.",
             "A framework's items depend on their own generator item only: no PromptBERT item waits for or",
             "reruns after DiffCSE's generator.",
         ),
@@ -403,7 +418,13 @@ STAGES: tuple[Stage, ...] = (
                 ),
             )
         ),
-        outs=lambda L, v: [plain(L.reports_dir)],
+        outs=lambda L, v: [
+            plain(
+                L.reports_dir,
+                ("persist", True),
+                comment="kept while the stage runs: its provenance.json keeps the last full run's time",
+            )
+        ],
         observer_outputs=frozenset({"focalcse.provenance"}),  # the report prints each result's provenance
         code_folders=("src/focalcse/report",),  # its modules and published.yaml
         # the losses' SPECs (labels, colours, departures) and the frameworks' settings classes (notes,

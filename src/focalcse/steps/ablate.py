@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from focalcse.config import Params
-from focalcse.layout import ABLATION_KINDS, Layout, TrainItem
+from focalcse.layout import ABLATION_KINDS, ABLATION_TASK, Layout, TrainItem
 from focalcse.provenance import provenance
 from focalcse.results import write_result
 from focalcse.steps.evaluate import evaluate_model
@@ -40,7 +40,7 @@ def run(params: Params, layout: Layout, kind: str, value: str, progress: bool = 
         )
         train = train_item(params, cfg, backbone, item, progress=progress, framework=params.sweep.reference)
         ev = evaluate_model(
-            params.eval.with_tasks(("STSBenchmark",)),
+            params.eval.with_tasks((ABLATION_TASK,)),
             item.model_dir,
             layout.sts_dir,
             t / "eval.json",
@@ -56,7 +56,7 @@ def run(params: Params, layout: Layout, kind: str, value: str, progress: bool = 
         "seed": ab.seed,
         "temperature": cfg.temperature,
         **cfg.loss_kwargs(),
-        "STSBenchmark": ev["STSBenchmark"],
+        ABLATION_TASK: ev[ABLATION_TASK],
         "alignment": ev.get("alignment"),
         "uniformity": ev.get("uniformity"),
         "stsb_dev_best": train["stsb_dev_best"],
