@@ -1281,3 +1281,28 @@ def test_a_partial_rerun_keeps_the_full_runs_wall_time(synthetic) -> None:
     alone = run_record(params, data("1000", "500"), "bbbbbbb", env=env, now=1100.0)
     assert alone["wall_seconds"] is None and "REPRO_ARGS=-f" in alone["unrecorded"]["wall_seconds"]
     assert alone["rerun"]["items_run"] == 1 and alone["commit"] == "bbbbbbb"
+
+
+@pytest.mark.parametrize(
+    ("diff", "p_holm", "claim", "lower", "family", "reading"),
+    [
+        (+0.8, 0.01, "higher", False, "fam", "agrees"),
+        (-0.8, 0.01, "higher", False, "fam", "contradicts"),
+        (+0.8, 0.20, "higher", False, "fam", "not significant"),
+        (+0.8, 0.01, "higher", False, None, "descriptive"),  # in no Holm family: no verdict
+        (-0.01, 0.01, "lower", True, "fam", "agrees"),  # uniformity down: the paper's improvement
+        (+0.12, 0.008, "lower", True, "fam", "contradicts"),  # uniformity up, significant
+        (+0.8, 0.01, "no gain", False, "fam", "contradicts"),
+        (-0.8, 0.01, "no gain", False, "fam", "agrees"),
+        (+0.8, 0.30, "no gain", False, "fam", "consistent (no significant gain)"),
+        (float("nan"), float("nan"), "higher", False, "fam", "descriptive"),
+    ],
+)
+def test_a_claims_reading_is_decided_on_the_holm_p_and_the_claimed_direction(
+    diff, p_holm, claim, lower, family, reading
+) -> None:
+    from focalcse.report.tables import _reading
+
+    test = {"mean_diff": diff, "p_holm": p_holm, "p_value": p_holm / 3}
+    assert _reading(test, claim, lower, family, 0.05) == reading
+    assert _reading(None, claim, lower, family, 0.05) == "not tested"

@@ -35,7 +35,7 @@ from focalcse.report.labels import column_label, framework_label, loss_label
 from focalcse.report.prose import band_line, band_sentence, last_step_note
 from focalcse.report.provenance import FULL_RUN_HOW, PROVENANCE_FILE, provenance_lines, rerun_text
 from focalcse.report.render import fmt, fmt_diff, fmt_p, fmt_seconds, fmt_summary, table_markdown
-from focalcse.report.tables import ablation_table, seed_band, table3
+from focalcse.report.tables import ablation_table, claim_checks, seed_band, table3
 
 # the framework at the top level of every committed set's significance.json (each set's reference, its
 # first framework: the registry's default, the paper's own)
@@ -224,6 +224,24 @@ def per_seed_deltas(key: str = "avg", loss: str = "focal_infonce") -> list[float
     b = params.sweep.backbones[0]
     seeds = sig["backbones"][b]["paired_seeds"][loss]
     return [data.evals[(b, loss, s)][key] - data.evals[(b, sig["baseline"], s)][key] for s in seeds]
+
+
+def claims_sentence(name: str = DEFAULT) -> str:
+    """The report's claims table of set ``name`` (:func:`focalcse.report.tables.claim_checks`) as one
+    sentence per framework: each measure's measured direction next to the paper's, and its reading."""
+    params, data = _default_data(name)
+    parts: dict[str, list[str]] = {}
+    for b in data.significance["backbones"]:
+        for c in claim_checks(params, data, b):
+            measure = {"avg": "the 7-task average", "STSBenchmark": "STS-B"}.get(c.measure, c.measure)
+            p = fmt_p(c.test, "p_holm").removesuffix(" *")
+            parts.setdefault(framework_label(c.framework), []).append(
+                f"{measure} {c.measured} (paper: {c.claim}; Holm p {p}: {c.reading})"
+            )
+    said = "; ".join(
+        f"{fw}: {', '.join(items)}" if len(parts) > 1 else ", ".join(items) for fw, items in parts.items()
+    )
+    return f"With Focal-InfoNCE against InfoNCE, in `{name}`: {said}."
 
 
 def gap_sentence(name: str, loss: str = "focal_infonce", framework: str = REFERENCE) -> str:

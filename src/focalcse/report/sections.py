@@ -53,6 +53,7 @@ from focalcse.report.tables import (
     ablation_scores,
     ablation_table,
     claim_table,
+    claims_table,
     framework_has_runs,
     framework_published_reference,
     hard_negatives_table,
@@ -199,6 +200,14 @@ def published_reference(params: Params, data: ReportData) -> Table | None:
         caption,
         classes,
     )
+
+
+def paper_claims(ctx: Context) -> None:
+    tables = [t for b in ctx.data.significance["backbones"] if (t := claims_table(ctx.params, ctx.data, b))]
+    if tables:
+        ctx.doc.h2("The paper's claims, measured")
+        for table in tables:
+            ctx.doc.table(table)
 
 
 def alignment_uniformity(ctx: Context) -> None:
@@ -392,6 +401,7 @@ SECTIONS: list[Section] = [
     power,
     alignment_uniformity,
     framework_claims,
+    paper_claims,
     ablations,
     focal_figure,
     training_curves,

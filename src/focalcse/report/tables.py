@@ -601,3 +601,113 @@ def power_table(params: Params, data: ReportData) -> Table | None:
         "figures for every task are `mdd_80` and `sd_diff` in metrics/significance.json.",
         text_columns=(0,),
     )
+
+
+# ---------------------------------------------------------------- the paper's claims, measured
+PAPER_LOSS = "focal_infonce"  # the loss the paper's claims are about
+# framework -> what the paper says Focal-InfoNCE does to it: (measure, claim, lower is better, where)
+PAPER_DIRECTIONS: dict[str, tuple[tuple[str, str, bool, str], ...]] = {
+    "simcse": (
+        ("avg", "higher", False, "Table 2"),
+        ("STSBenchmark", "higher", False, "Tables 2, 3"),
+        ("alignment", "lower", True, "§4.2, Table 3"),
+        ("uniformity", "lower", True, "§3, §4.2, Table 3"),
+    ),
+    "diffcse": (
+        ("STSBenchmark", "higher", False, "Table 3, §5.3"),
+        ("alignment", "lower", True, "Table 3, §5.3"),
+        ("uniformity", "lower", True, "Table 3, §5.3"),
+    ),
+    "promptbert": (("STSBenchmark", "no gain", False, "§5.3"), ("avg", "no gain", False, "§5.3")),
+}
+_MEASURE_LABELS = {"avg": "Avg. (7 tasks)", "alignment": "Alignment ↓", "uniformity": "Uniformity ↓"}
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """One measure of one framework: the paper's claim about Focal-InfoNCE, the measured paired test
+    against the baseline loss and what it says of the claim (decided on the Holm p only)."""
+
+    framework: str
+    measure: str
+    claim: str  # "higher" | "lower" | "no gain"
+    where: str
+    test: dict[str, Any] | None
+    family: str | None  # the Holm family in words; None: descriptive
+    reading: str  # "agrees" | "contradicts" | "not significant" | "descriptive" | "not tested"
+
+    @property
+    def measured(self) -> str:
+        if not self.test or self.test.get("mean_diff") is None:
+            return "not tested"
+        return "higher" if self.test["mean_diff"] > 0 else "lower"
+
+
+def _reading(
+    test: dict[str, Any] | None, claim: str, lower_is_better: bool, family: str | None, alpha: float
+) -> str:
+    if not test or test.get("mean_diff") is None:
+        return "not tested"
+    ph = test.get("p_holm")
+    if family is None or ph is None or ph != ph:
+        return "descriptive"
+    if ph >= alpha:
+        return "consistent (no significant gain)" if claim == "no gain" else "not significant"
+    up = test["mean_diff"] > 0
+    if claim == "no gain":
+        gain = (not up) if lower_is_better else up
+        return "contradicts" if gain else "agrees"
+    return "agrees" if up == (claim == "higher") else "contradicts"
+
+
+def claim_checks(params: Params, data: ReportData, backbone: str) -> list[ClaimCheck]:
+    """Every measure the paper makes a claim on (:data:`PAPER_DIRECTIONS`), for each framework of the
+    sweep with runs on ``backbone`` and a Focal-InfoNCE test there."""
+    out = []
+    for f in params.sweep.all_frameworks:
+        sig = data.significance_of(f)
+        if f not in PAPER_DIRECTIONS or sig is None or not framework_has_runs(data, f, backbone):
+            continue
+        tests = ((sig["backbones"].get(backbone) or {}).get("ttest") or {}).get(PAPER_LOSS)
+        if tests is None:
+            continue
+        for key, claim, lower, where in PAPER_DIRECTIONS[f]:
+            family = holm_family_text(sig, key)
+            reading = _reading(tests.get(key), claim, lower, family, sig["alpha"])
+            out.append(ClaimCheck(f, key, claim, where, tests.get(key), family, reading))
+    return out
+
+
+def claims_table(params: Params, data: ReportData, backbone: str) -> Table | None:
+    """The paper's claims about Focal-InfoNCE next to what these runs measured, one row per
+    framework and measure: claim, measured direction, Δ, Holm p and the reading (None without any)."""
+    checks = claim_checks(params, data, backbone)
+    if not checks:
+        return None
+    rows = [
+        [
+            framework_label(c.framework),
+            _MEASURE_LABELS.get(c.measure, column_label(c.measure)),
+            f"{c.claim} ({c.where})",
+            c.measured,
+            fmt_diff(c.test, 4 if c.measure == "alignment" else 3 if c.measure == "uniformity" else 2),
+            fmt_p(c.test, "p_holm", "significant_holm"),
+            c.reading,
+        ]
+        for c in checks
+    ]
+    caption = (
+        f"Focal-InfoNCE against the baseline loss within each framework: Δ = mean paired difference over "
+        "matched seeds; the reading is decided on the Holm p alone (α = "
+        f"{data.significance.get('alpha', params.significance.alpha):g}; STS measures in the STS family, "
+        "alignment and uniformity in theirs): agrees / contradicts = significant in the claimed / the "
+        "opposite direction; not significant = no verdict either way. Alignment and uniformity: lower "
+        "is better. These runs are not the paper's setting (backbone, length, data), so a reading says "
+        "what this setting shows, not whether the paper's numbers hold."
+    )
+    return Table(
+        f"The paper's claims, measured — {backbone}",
+        ["Framework", "measure", "paper", "measured", "Δ", "p (Holm)", "reading"],
+        rows,
+        caption,
+    )
