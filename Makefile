@@ -32,6 +32,14 @@ test: $(STAMP)
 # there, so one set never prunes or overwrites another's. Either way the parameters are validated
 # before DVC reads dvc.yaml (docs/reliability.md). Last, the default's run re-renders the numbers
 # README.md and docs/*.md quote (`make docs`) from the results it just wrote.
+# A relative FOCALCSE_DATA_MIRROR (or FOCALCSE_CACHE) is the user's, typed where make runs: made absolute
+# here, before the recipe changes into a set's folder
+ifneq ($(strip $(FOCALCSE_DATA_MIRROR)),)
+export FOCALCSE_DATA_MIRROR := $(abspath $(FOCALCSE_DATA_MIRROR))
+endif
+ifneq ($(strip $(FOCALCSE_CACHE)),)
+export FOCALCSE_CACHE := $(abspath $(FOCALCSE_CACHE))
+endif
 # REPRO_ARGS: more `dvc repro` arguments, e.g. REPRO_ARGS=-f to rerun every stage (a full run's wall time)
 PARAMS ?=
 REPRO_ARGS ?=

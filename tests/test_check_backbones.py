@@ -85,8 +85,11 @@ def test_online_the_hub_is_asked(monkeypatch, tmp_path) -> None:
         raise ConnectionError("Name or service not known")
 
     monkeypatch.setattr(huggingface_hub, "model_info", unreachable)
-    with pytest.raises(BackboneError, match=r"the hub could not be asked \(Name or service not known\)"):
-        locate_backbone("org/model")
+    with pytest.raises(
+        BackboneError, match=r"the hub could not be reached to ask for it \(Name or service"
+    ) as e:
+        locate_backbone("org/model", known=["org/modle", "org/models"])
+    assert "nearest" not in str(e.value)  # a right name on an unreachable hub is no typo
 
 
 def test_a_sweep_whose_new_items_cannot_run_prunes_nothing(tmp_path, offline) -> None:

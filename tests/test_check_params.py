@@ -423,3 +423,24 @@ def test_a_stage_script_never_shows_a_bare_traceback(tmp_path: Path) -> None:
         timeout=120,
     )
     assert "Traceback (most recent call last)" in debug.stderr and "in work" in debug.stderr
+
+
+def test_a_yaml_syntax_error_is_one_line_naming_the_file(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "params.yaml"
+    bad.write_text("train:\n  lr: [1, 2\n")
+    from focalcse.config import ConfigError, load_params
+
+    with pytest.raises(ConfigError) as e:
+        load_params(bad)
+    assert str(e.value).startswith(f"{bad}:3:1: not valid YAML (") and "\n" not in str(e.value)
+    done = subprocess.run(
+        [sys.executable, "-m", "focalcse.cli", "params", "check", "--params", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"{bad}:3:1: not valid YAML" in done.stderr and "Traceback" not in done.stderr

@@ -26,6 +26,7 @@ import yaml
 
 from focalcse.atomic import atomic_write
 from focalcse.config import ConfigError, Params, load_params
+from focalcse.config.params import parse_yaml
 
 HEADER = "# composed parameter set"
 SETS_DIR = "params"
@@ -70,7 +71,7 @@ def base_text(root: str | Path) -> str:
 
 
 def _mapping(text: str, where: str) -> dict[str, Any]:
-    raw = yaml.safe_load(text) or {}
+    raw = parse_yaml(text, where) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping of sections, got {type(raw).__name__}")
     return raw

@@ -233,12 +233,27 @@ SECTIONS = {
 OTHER_SECTIONS = ("backbone_overrides", "loss_overrides", "frameworks", "benchmark")
 
 
+def parse_yaml(text: str, where: str | Path) -> Any:
+    """``yaml.safe_load`` of ``text``; a syntax error is one :class:`ConfigError` line naming the
+    file (``where``), the line and column and what YAML found there."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context = getattr(err, "context", None)
+        raise ConfigError(
+            f"{where}{at}: not valid YAML ({problem}{f', {context}' if context else ''})"
+        ) from None
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Load and validate ``params.yaml``; raises :class:`ConfigError` on the first bad value."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = parse_yaml(path.read_text(), path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(SECTIONS) - set(OTHER_SECTIONS))

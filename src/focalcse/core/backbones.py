@@ -144,9 +144,10 @@ def locate_backbone(ref: str | os.PathLike, known: Iterable[str] = (), where: st
         raise BackboneError(f"{label}: no such model on the Hugging Face hub{suggestion}") from err
     except Exception as err:  # no network, a proxy, the hub down: the train item could not load it
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        # the name may be right and the hub merely unreachable: no "nearest name", as for a typo
         raise BackboneError(
-            f"{label}: not a folder, not in the Hugging Face cache, and the hub could not be asked ({first})"
-            f"{suggestion}; expected {DEFAULT_BACKBONE}, a model folder (backbone_overrides.<name>.source) "
-            "or a cached hub id"
+            f"{label}: not a folder, not in the Hugging Face cache, and the hub could not be reached "
+            f"to ask for it ({first}); connect to the hub once, or point backbone_overrides.<name>.source "
+            "at a model folder"
         ) from err
     return "the Hugging Face hub (downloaded at the first train item)"

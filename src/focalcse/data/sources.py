@@ -49,7 +49,8 @@ def mirror_dir(param: str | None = None) -> Path | None:
     path = Path(value).expanduser().resolve()
     if not path.is_dir():
         source = MIRROR_ENV if os.environ.get(MIRROR_ENV) else "data.mirror"
-        raise FileNotFoundError(f"{source}={value!r}: mirror folder does not exist")
+        where = "" if Path(value).expanduser().is_absolute() else f", read relative to {Path.cwd()}"
+        raise FileNotFoundError(f"{source}={value!r}: mirror folder {path} does not exist{where}")
     return path
 
 
