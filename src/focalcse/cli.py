@@ -110,6 +110,13 @@ def _tracking_sync(args: argparse.Namespace) -> int:
         f"tracking sync: {counts['runs']} run(s) sent ({counts['metrics']} metrics), "
         f"{counts.get('killed', 0)} dead run(s) marked KILLED, {counts['left']} still queued in {folder}"
     )
+    for run, why in (counts.get("reasons") or {}).items():
+        print(f"  {run}: {why}")
+    if counts["left"]:
+        print(
+            "  the queue is kept: start the store (or fix what is named above), then run `focalcse tracking "
+            "sync` again; a run whose process is gone is ended KILLED once its records are sent"
+        )
     return EX_TEMPFAIL if counts["left"] else 0
 
 

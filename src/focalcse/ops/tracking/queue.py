@@ -143,12 +143,29 @@ def _existing_steps(client: Any, run_id: str, keys: set[str]) -> set[tuple[str, 
     return have
 
 
+KIND_NAMES = {
+    "m": "metric",
+    "p": "param",
+    "tag": "tag",
+    "art": "artifact",
+    "inputs": "dataset input",
+    "model": "model",
+    "end": "end status",
+}
+
+
+def failure_text(err: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
 def sync_records(
-    client: Any, uri: str, run_id: str, records: list[dict[str, Any]]
+    client: Any, uri: str, run_id: str, records: list[dict[str, Any]], errors: list[str] | None = None
 ) -> tuple[list[dict[str, Any]], int]:
     """Send ``records`` (metrics not already in the run, by key and step; then params, tags,
     artifacts, the model, the end status, in order). Returns ``(records not sent, metrics sent)``;
-    stops at the first error."""
+    stops at the first error, whose reason is appended to ``errors``."""
     from mlflow.entities import Param
 
     metrics = [r for r in records if r["t"] == "m"]
@@ -175,7 +192,11 @@ def sync_records(
     for i, r in enumerate(rest):
         try:
             _apply(client, uri, run_id, r)
-        except Exception:
+        except Exception as err:
+            if errors is not None:
+                errors.append(
+                    f"its {KIND_NAMES.get(r['t'], r['t'])} record was refused ({failure_text(err)})"
+                )
             return rest[i:], sent
     return [], sent
 
@@ -193,7 +214,9 @@ def _create_run(client: Any, uri: str, create: dict[str, Any]) -> str:
     return run.info.run_id
 
 
-def _sync_file(path: Path, client: Any = None, uri: str | None = None) -> tuple[str, int, str | None]:
+def _sync_file(
+    path: Path, client: Any = None, uri: str | None = None, reasons: dict[str, str] | None = None
+) -> tuple[str, int, str | None]:
     """Send one queue file (``client``/``uri``: the store, default the one its header names); then,
     if it holds no end status, end its run KILLED when the run's process is gone. Returns
     ``(outcome, metrics sent, run id)``, outcome one of ``locked`` (its stage runs), ``unreadable``,
@@ -223,11 +246,18 @@ def _sync_file(path: Path, client: Any = None, uri: str | None = None) -> tuple[
                 lock.flush()
                 os.fsync(lock.fileno())
                 header = {**header, "run_id": run_id, "create": None}
-            left, sent = sync_records(client, uri, run_id, body)
-        except Exception:  # noqa: BLE001 - unreachable or refused: keep the file
+            errors: list[str] = []
+            left, sent = sync_records(client, uri, run_id, body, errors)
+        except Exception as err:  # noqa: BLE001 - unreachable or refused: keep the file
+            if reasons is not None:
+                reasons[run_id or path.stem] = (
+                    f"the store {redact(uri)} could not be used ({failure_text(err)})"
+                )
             return "left", 0, run_id
         if left:
             _write_lines(path, [header, *left])
+            if reasons is not None:
+                reasons[run_id] = "; ".join(errors) or "some records were not sent"
             return "left", sent, run_id
         killed = False
         if not any(r["t"] == "end" for r in body):  # its process never ended the run
@@ -263,17 +293,20 @@ def reap(uri: str | None = None, exclude: set[str] | frozenset[str] = frozenset(
     return killed
 
 
-def sync(root: str | os.PathLike | None = None, folder: str | os.PathLike | None = None) -> dict[str, int]:
+def sync(root: str | os.PathLike | None = None, folder: str | os.PathLike | None = None) -> dict[str, Any]:
     """Send every queued run (``focalcse tracking sync``); removes what was sent. Files locked by a
     running stage are skipped. A run whose process is gone and never ended it is then ended KILLED,
     whether it had a queue file or not (:func:`reap` on the store ``tracking_uri(root)``). Returns
-    counts: ``runs`` (sent), ``metrics``, ``left`` (runs still queued), ``killed``."""
+    counts: ``runs`` (sent), ``metrics``, ``left`` (runs still queued), ``killed``, and ``reasons``:
+    per run still queued, why it was not sent."""
     _short_http()
-    out = {"runs": 0, "metrics": 0, "left": 0, "killed": 0}
+    out: dict[str, Any] = {"runs": 0, "metrics": 0, "left": 0, "killed": 0, "reasons": {}}
     base = Path(folder) if folder is not None else queue_dir(root)
     waiting: set[str] = set()  # runs with records still queued (named by id, or created by sync)
     for path in sorted(base.glob("*.jsonl")) if base.is_dir() else ():
-        outcome, sent, run_id = _sync_file(path)
+        outcome, sent, run_id = _sync_file(path, reasons=out["reasons"])
+        if outcome == "locked":
+            out["reasons"][path.stem] = "its stage is still running (the queue file is locked)"
         out["metrics"] += sent
         if outcome in ("sent", "killed"):
             out["runs"] += 1

@@ -180,20 +180,93 @@ def client_and_experiment(params: Params, uri: str | None = None) -> tuple[Any, 
     return client, experiment_id(client, uri, experiment_name(params)), uri
 
 
+SERVER_ARTIFACTS = "mlflow-artifacts:"  # what an MLflow server with --artifacts-destination hands out
+
+
+def artifact_location(uri: str) -> str | None:
+    """Where the experiments this project creates keep their artifacts: the ``mlartifacts`` folder
+    beside a sqlite store, and the repository's ``mlartifacts`` for a server on this machine (the
+    folder ``make mlflow-ui`` serves with ``--artifacts-destination``), so runs logged through either
+    can be written by the other. A remote server keeps its own default (None)."""
+    if uri.startswith("sqlite:///"):  # absolute, so runs from any cwd (or DVC temp copy) agree
+        return Layout.at(_sqlite_path(uri).parent).mlflow_artifacts.as_uri()
+    host = urllib.parse.urlsplit(uri).hostname or ""
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return Layout.at(repo_root()).mlflow_artifacts.as_uri()
+    return None
+
+
+def _local(location: str, folder: str) -> str:
+    """``mlflow-artifacts:/<path>`` (or ``mlflow-artifacts://host:port/<path>``) as the file URI where
+    a server started with ``--artifacts-destination <folder>`` keeps it: ``<folder>/<path>``."""
+    rest = location[len(SERVER_ARTIFACTS) :]
+    if rest.startswith("//"):
+        rest = "/" + rest[2:].split("/", 1)[-1]
+    return folder.rstrip("/") + "/" + rest.lstrip("/")
+
+
+def repin_server_artifacts(uri: str) -> int:
+    """Point every experiment, run and logged model of the sqlite store ``uri`` that an MLflow server
+    gave an ``mlflow-artifacts:`` location (``make mlflow-ui``: a client of the sqlite file cannot
+    write there) at the file it stands for under the store's ``mlartifacts`` folder, which is where
+    that server keeps it, so the server still serves the old artifacts and a direct client writes the
+    new ones. Returns how many rows moved. MLflow has no API to change an artifact location, so the
+    store's tables are updated in one transaction."""
+    import sqlite3
+
+    folder = artifact_location(uri)
+    db = _sqlite_path(uri)
+    if folder is None or not db.is_file():
+        return 0
+    moved = 0
+    with contextlib.closing(sqlite3.connect(db)) as con, con:
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        for table, column, key in (
+            ("experiments", "artifact_location", "experiment_id"),
+            ("runs", "artifact_uri", "run_uuid"),
+            ("logged_models", "artifact_location", "model_id"),
+        ):
+            if table not in tables:
+                continue
+            rows = con.execute(
+                f"select {key}, {column} from {table} where {column} like ?", (SERVER_ARTIFACTS + "%",)
+            ).fetchall()
+            for ident, location in rows:
+                con.execute(
+                    f"update {table} set {column} = ? where {key} = ?", (_local(location, folder), ident)
+                )
+            moved += len(rows)
+    return moved
+
+
 def experiment_id(client: Any, uri: str, name: str) -> str:
     """The id of experiment ``name`` in the store ``uri`` that ``client`` talks to; created (tagged
-    with its kind, artifacts beside a sqlite store) if missing."""
+    with its kind, its artifacts where :func:`artifact_location` says) if missing. On a sqlite store,
+    an experiment an MLflow server made (an ``mlflow-artifacts:`` location) is first re-pointed at the
+    folder that server keeps its artifacts in (:func:`repin_server_artifacts`)."""
     with _store_lock(uri):
         exp = client.get_experiment_by_name(name)
+        if (
+            exp is not None
+            and uri.startswith("sqlite:///")
+            and exp.artifact_location.startswith(SERVER_ARTIFACTS)
+        ):
+            moved = repin_server_artifacts(uri)
+            print(
+                f"MLflow: experiment {name!r} had the server location {exp.artifact_location}; {moved} "
+                f"artifact locations of {redact(uri)} now point at {artifact_location(uri)}, the folder "
+                "`make mlflow-ui` serves",
+                file=sys.stderr,
+            )
+            exp = client.get_experiment_by_name(name)
         if exp is not None:
             if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
                 client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return exp.experiment_id
-        location = None
-        if uri.startswith("sqlite:///"):  # absolute, so runs from any cwd (or DVC temp copy) agree
-            location = Layout.at(_sqlite_path(uri).parent).mlflow_artifacts.as_uri()
         return client.create_experiment(
-            name, artifact_location=location, tags={"param_set": name, EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+            name,
+            artifact_location=artifact_location(uri),
+            tags={"param_set": name, EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
         )
 
 
