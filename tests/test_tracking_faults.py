@@ -75,13 +75,13 @@ def test_hanging_client_never_blocks_and_sync_delivers(tmp_path: Path, monkeypat
     finally:
         fake.release.set()
     counts = tracking.sync(folder=queue)
-    assert counts == {"runs": 1, "metrics": 3 * n + n // 50, "left": 0, "killed": 0}
+    assert counts == {"runs": 1, "metrics": 3 * n + n // 50, "left": 0, "killed": 0, "reasons": {}}
     assert not list(queue.glob("*.jsonl"))
     r = store.get_run(run_id)
     assert r.info.status == "FINISHED"
     assert [m.step for m in store.get_metric_history(run_id, "loss")] == list(range(1, n + 1))
     assert len(store.get_metric_history(run_id, "stsb_dev_spearman")) == n // 50
-    assert tracking.sync(folder=queue) == {"runs": 0, "metrics": 0, "left": 0, "killed": 0}  # nothing twice
+    assert tracking.sync(folder=queue) == {"runs": 0, "metrics": 0, "left": 0, "killed": 0, "reasons": {}}  # nothing twice
 
 
 # ---------------------------------------------------------------- slow: the real stage
@@ -374,7 +374,7 @@ def test_a_store_down_at_the_start_queues_the_whole_run_and_sync_creates_it(
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # a store that works: the run is created there
-    assert tracking.sync(tmp_path) == {"runs": 1, "metrics": 8, "left": 0, "killed": 0}
+    assert tracking.sync(tmp_path) == {"runs": 1, "metrics": 8, "left": 0, "killed": 0, "reasons": {}}
     assert not list(tracking.queue_dir(tmp_path).glob("*.jsonl"))
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(params.tracking.experiment)
@@ -385,7 +385,7 @@ def test_a_store_down_at_the_start_queues_the_whole_run_and_sync_creates_it(
     assert r.data.params["train.loss"] == "infonce"
     for key in ("loss", "lr"):
         assert [m.step for m in client.get_metric_history(r.info.run_id, key)] == [1, 2, 3, 4]
-    assert tracking.sync(tmp_path) == {"runs": 0, "metrics": 0, "left": 0, "killed": 0}  # nothing twice
+    assert tracking.sync(tmp_path) == {"runs": 0, "metrics": 0, "left": 0, "killed": 0, "reasons": {}}  # nothing twice
 
 
 def test_an_offline_attempt_resumed_online_continues_one_run(tmp_path: Path, monkeypatch) -> None:

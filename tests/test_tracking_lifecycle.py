@@ -96,7 +96,7 @@ def test_a_run_of_another_host_is_never_marked_killed(tmp_path: Path, monkeypatc
     tracking._kill_stale(store, exp, stage["dvc_stage"], None, q, uri)  # the item's next attempt
     counts = tracking.sync(folder=q)  # `focalcse tracking sync`
     assert tracking.reap(uri) == 0
-    assert counts == {"runs": 1, "metrics": 1, "left": 0, "killed": 0}  # sent, not judged
+    assert counts == {"runs": 1, "metrics": 1, "left": 0, "killed": 0, "reasons": {}}  # sent, not judged
     for r in (plain, queued):
         assert store.get_run(r.info.run_id).info.status == "RUNNING"
     assert [m.step for m in store.get_metric_history(queued.info.run_id, "loss")] == [1]
@@ -131,7 +131,7 @@ def test_sync_sends_a_dead_runs_queue_then_ends_it_killed(tmp_path: Path, monkey
             "".join(json.dumps(x) + "\n" for x in [header, *metrics, *tail])
         )
     counts = tracking.sync(folder=q)
-    assert counts == {"runs": 2, "metrics": 4, "left": 0, "killed": 2}
+    assert counts == {"runs": 2, "metrics": 4, "left": 0, "killed": 2, "reasons": {}}
     assert store.get_run(queued.info.run_id).info.status == "KILLED"
     assert [m.step for m in store.get_metric_history(queued.info.run_id, "loss")] == [1, 2]
     assert store.get_run(bare.info.run_id).info.status == "KILLED"
