@@ -636,6 +636,7 @@ HEADINGS = [
     "Table 2: STS tasks (Spearman × 100)",
     "How much the seeds can see",
     "Table 3: alignment, uniformity and STS-B",
+    "The paper's claims, measured",
     "Tables 4 and 5: τ and m ablations (STS-B test)",
     "Figure 1: how Focal-InfoNCE rescales negatives",
     "Training curves",

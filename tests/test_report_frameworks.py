@@ -209,6 +209,7 @@ def test_a_three_framework_report_has_table3_promptbert_rows_every_table2_and_th
         "How much the seeds can see",
         "Table 3: alignment, uniformity and STS-B",
         "PromptBERT with Focal-InfoNCE (§5.3)",
+        "The paper's claims, measured",
         "Tables 4 and 5: τ and m ablations (STS-B test)",
         "Figure 1: how Focal-InfoNCE rescales negatives",
         "Training curves",
