@@ -26,6 +26,7 @@ from focalcse.report.tables import (
     ablation_scores,
     framework_has_runs,
     framework_runs_label,
+    holm_decision,
     holm_family_text,
     paper_claim,
 )
@@ -102,18 +103,19 @@ def _direction(
     and uniformity, where a negative Δ is the improvement) when ``p_holm`` < ``alpha``, else not
     significant. A test in no Holm family (``family`` None, or no ``p_holm``) is called descriptive
     and gets no verdict: the raw p alone never makes a difference significant."""
-    if not test or test.get("mean_diff") is None:
+    decision = holm_decision(test, alpha, family)
+    if decision == "not tested":
         return "not tested"
     p = test.get("p_value")
     raw = f"raw p = {p:.3g}" if _defined(p) else "raw p undefined"
     n = test.get("n", "?")
     diff = fmt_diff(test, digits)
-    if family is None or "p_holm" not in test:
+    if decision == "descriptive":
         return f"{diff} ({raw}, n = {n}; descriptive: in no Holm family, no significance verdict)"
-    ph = test["p_holm"]
-    if not _defined(ph):
+    if decision == "undefined":
         return f"{diff} ({raw}, Holm p undefined over {family}, n = {n}; no verdict)"
-    if ph < alpha:
+    ph = test["p_holm"]
+    if decision == "significant":
         better = (test["mean_diff"] < 0) if lower_is_better else (test["mean_diff"] > 0)
         if lower_is_better:
             word = "a significant improvement" if better else "a significant worsening"

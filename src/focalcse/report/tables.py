@@ -643,15 +643,30 @@ class ClaimCheck:
         return "higher" if self.test["mean_diff"] > 0 else "lower"
 
 
+def holm_decision(test: dict[str, Any] | None, alpha: float, family: str | None) -> str:
+    """What a paired test says, decided on its Holm-adjusted ``p_holm`` alone: ``not tested`` (no
+    Δ), ``descriptive`` (in no Holm family: ``family`` None or no ``p_holm``), ``undefined`` (a NaN
+    or missing Holm p), ``significant`` (``p_holm`` < ``alpha``) or ``not significant``. The one rule
+    the report's verdict sentences and its claims table both word."""
+    if not test or test.get("mean_diff") is None:
+        return "not tested"
+    if family is None or "p_holm" not in test:
+        return "descriptive"
+    ph = test["p_holm"]
+    if ph is None or ph != ph:
+        return "undefined"
+    return "significant" if ph < alpha else "not significant"
+
+
 def _reading(
     test: dict[str, Any] | None, claim: str, lower_is_better: bool, family: str | None, alpha: float
 ) -> str:
-    if not test or test.get("mean_diff") is None:
-        return "not tested"
-    ph = test.get("p_holm")
-    if family is None or ph is None or ph != ph:
+    decision = holm_decision(test, alpha, family)
+    if decision in ("not tested", "descriptive"):
+        return decision
+    if decision == "undefined":
         return "descriptive"
-    if ph >= alpha:
+    if decision == "not significant":
         return "consistent (no significant gain)" if claim == "no gain" else "not significant"
     up = test["mean_diff"] > 0
     if claim == "no gain":
